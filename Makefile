@@ -1,0 +1,46 @@
+# Every entry point of the kit. `make grade` and `make test` set themselves up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+SUBMISSION ?= exercises
+STAGE  ?=
+SEED   ?= 0
+
+.PHONY: grade submit worked exercises check-exercises test clean help
+
+help:
+	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
+	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
+	@echo "make worked                  list the articles' numbers that are checked"
+	@echo "make test                    the project's own tests (instructors)"
+	@echo "make exercises               regenerate exercises/ from solutions/ (instructors)"
+
+$(VENV)/.student: requirements-student.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+	@touch $@
+
+$(VENV)/.dev: requirements-dev.txt $(VENV)/.student
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+grade: $(VENV)/.student
+	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
+
+submit: $(VENV)/.student
+	@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip
+
+worked: $(VENV)/.student
+	@$(PY) -m autograder worked
+
+exercises: $(VENV)/.student
+	$(PY) -m autograder.make_exercises
+
+check-exercises: $(VENV)/.student
+	$(PY) -m autograder.make_exercises --check
+
+test: $(VENV)/.dev
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) submission.zip .pytest_cache

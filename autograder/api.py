@@ -1,0 +1,51 @@
+"""The student's functions, called by name in a child process (see autograder.sandbox).
+
+`StudentAPI(worker).softmax(x)` runs the submission's `softmax.softmax(x)` in the child.
+The same names exist on attn_ref.RefAPI, so a check can be computed both ways.
+"""
+import functools
+import zlib
+
+import numpy as np
+
+TARGETS = {
+    "softmax": "softmax:softmax",
+    "dot_scores": "scores:dot_scores",
+    "simple_self_attention": "scores:simple_self_attention",
+    "project_qkv": "projections:project_qkv",
+    "scaled_scores": "scaling:scaled_scores",
+    "score_variance": "scaling:score_variance",
+    "causal_mask": "masking:causal_mask",
+    "apply_mask": "masking:apply_mask",
+    "attention": "masking:attention",
+    "split_heads": "heads:split_heads",
+    "merge_heads": "heads:merge_heads",
+    "multi_head_attention": "heads:multi_head_attention",
+}
+DRIVERS = (
+    "warmup", "module_forward", "module_shapes", "module_structure", "kv_cache_numel", "kv_cache_probe",
+    "module_decode", "decode_step_flops", "fused_attention", "fused_probe", "module_fused_probe",
+    "fused_peak_memory",
+)
+TARGETS.update({name: f"driver:{name}" for name in DRIVERS})
+
+
+class StudentAPI:
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def __getattr__(self, name: str):
+        if name not in TARGETS:
+            raise AttributeError(name)
+        return functools.partial(self.worker.call, TARGETS[name])
+
+
+class Context:
+    """What a check gets besides the API: seeded randomness and the reference."""
+
+    def __init__(self, seed: int, ref) -> None:
+        self.seed = seed
+        self.ref = ref
+
+    def rng(self, tag: str) -> np.random.Generator:
+        return np.random.default_rng([self.seed, zlib.crc32(tag.encode())])

@@ -1,0 +1,25 @@
+"""Helpers shared by the stage checks."""
+import numpy as np
+
+def shape_str(*arrays) -> str:
+    return ", ".join(f"{list(a.shape)} {a.dtype}" for a in arrays)
+
+
+def randn(rng: np.random.Generator, *shape, dtype=np.float64, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def expect_value_error(call, what: str) -> None:
+    """Pass if `call()` raises ValueError in the student's code; a stub's NotImplementedError passes through."""
+    from ..compare import Fail
+    from ..sandbox import StudentError
+
+    try:
+        got = call()
+    except StudentError as e:
+        if e.info["type"] == "ValueError":
+            return
+        if e.info["type"] == "NotImplementedError":
+            raise
+        raise Fail(f"{what} raised {e.info['type']}: {e.info['message']}; expected ValueError") from None
+    raise Fail(f"{what} returned {np.asarray(got).tolist()} instead of raising ValueError")

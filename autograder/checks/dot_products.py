@@ -1,0 +1,56 @@
+"""Stage 2 checks: dot products and simple self-attention."""
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import randn, shape_str
+
+S = "dot_products"
+
+
+@check(S, 1.5, "reference")
+def dot_scores_reference(api, ctx):
+    """dot_scores matches the reference (n = 1, n != d, float32)"""
+    rng = ctx.rng("dot")
+    for n, d, dt in [(5, 3, np.float64), (1, 4, np.float64), (3, 8, np.float32), (7, 2, np.float64)]:
+        x = randn(rng, n, d, dtype=dt)
+        check_close(api.dot_scores(x), ctx.ref.dot_scores(x), "dot_scores(x)", inputs=shape_str(x))
+
+
+@check(S, 0.5, "property", "public")
+def dot_scores_symmetric(api, ctx):
+    """the Gram matrix is symmetric with squared norms on the diagonal"""
+    x = randn(ctx.rng("dot-sym"), 4, 3)
+    g = np.asarray(api.dot_scores(x), dtype=float)
+    if g.shape != (4, 4):
+        raise Fail(f"dot_scores of x [4, 3] has shape {g.shape}, expected (4, 4)")
+    check_close(g, g.T, "dot_scores(x) against its transpose")
+    check_close(np.diag(g), (x * x).sum(-1), "the diagonal of dot_scores(x) (each row's squared length)")
+
+
+@check(S, 1.5, "reference")
+def simple_attention_reference(api, ctx):
+    """simple_self_attention matches the reference (n = 1, float32)"""
+    rng = ctx.rng("simple")
+    for n, d, dt in [(4, 4, np.float64), (6, 3, np.float64), (1, 5, np.float64), (5, 8, np.float32)]:
+        x = randn(rng, n, d, dtype=dt)
+        check_close(api.simple_self_attention(x), ctx.ref.simple_self_attention(x),
+                    "simple_self_attention(x)", inputs=shape_str(x))
+
+
+@check(S, 0.5, "property", "public")
+def simple_single_token(api, ctx):
+    """with one token, the output is that token (its only weight is 1)"""
+    x = np.array([[0.3, -1.2, 2.0]])
+    check_close(api.simple_self_attention(x), x, "simple_self_attention of one token", inputs="[1, 3]")
+
+
+@check(S, 1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+def permutation_equivariance(api, ctx):
+    """permuting the tokens permutes the outputs the same way"""
+    rng = ctx.rng("perm")
+    x = randn(rng, 6, 4)
+    perm = rng.permutation(6)
+    out = np.asarray(api.simple_self_attention(x), dtype=float)
+    check_close(api.simple_self_attention(x[perm]), out[perm],
+                f"simple_self_attention(x[perm]) against simple_self_attention(x)[perm], perm={perm.tolist()}")

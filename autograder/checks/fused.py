@@ -1,0 +1,96 @@
+"""Stage 8 checks: one fused scaled_dot_product_attention call."""
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import randn, shape_str
+from .heads import module_weights
+
+S = "fused"
+
+
+def _qkv(rng, B, H, T_q, T_k, D, dt=np.float32):
+    return randn(rng, B, H, T_q, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt)
+
+
+@check(S, 2, "reference")
+def reference(api, ctx):
+    """fused_attention matches the reference, causal and not, T_q = T_k"""
+    rng = ctx.rng("fused")
+    for B, H, T, D, causal in [(2, 3, 6, 4, True), (1, 2, 5, 8, False), (2, 1, 1, 4, True)]:
+        q, k, v = _qkv(rng, B, H, T, T, D)
+        r = api.fused_probe(q, k, v, causal)
+        check_close(r["out"], ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})",
+                    inputs=shape_str(q))
+
+
+@check(S, 2, "reference", cite="Article B, 'What it costs as the sequence grows'")
+def bottom_right_when_lengths_differ(api, ctx):
+    """with T_q < T_k the queries are the last T_q positions (bottom-right causal alignment)"""
+    rng = ctx.rng("fused-br")
+    for T_q, T_k in [(1, 6), (3, 7)]:
+        q, k, v = _qkv(rng, 1, 2, T_q, T_k, 4)
+        r = api.fused_probe(q, k, v, True)
+        check_close(r["out"], ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}",
+                    inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+
+
+@check(S, 2, "property", "public")
+def one_sdpa_call(api, ctx):
+    """makes exactly one F.scaled_dot_product_attention call, with is_causal and no mask when T_q = T_k"""
+    q, k, v = _qkv(ctx.rng("fused-spy"), 1, 2, 5, 5, 4)
+    calls = api.fused_probe(q, k, v, True)["calls"]
+    if len(calls) != 1:
+        raise Fail(f"fused_attention made {len(calls)} calls of F.scaled_dot_product_attention; expected exactly one "
+                   "(compute the whole attention in that call)")
+    c = calls[0]
+    if c["attn_mask"] is not None or not c["is_causal"]:
+        raise Fail(f"with T_q = T_k = 5 the call got attn_mask of shape {c['attn_mask']} and is_causal={c['is_causal']}; "
+                   "pass is_causal=True and no mask, so no T x T mask is built")
+
+
+@check(S, 1.5, "property", "public")
+def no_dropout_in_eval(api, ctx):
+    """dropout_p > 0 changes nothing when training=False"""
+    q, k, v = _qkv(ctx.rng("fused-eval"), 1, 2, 6, 6, 4)
+    plain = api.fused_probe(q, k, v, True, 0.0, False)["out"]
+    r = api.fused_probe(q, k, v, True, 0.5, False)
+    check_close(r["out"], plain, "fused_attention(dropout_p=0.5, training=False) against dropout_p=0")
+    if any(c["dropout_p"] != 0.0 for c in r["calls"]):
+        raise Fail(f"in eval mode the call still got dropout_p={r['calls'][0]['dropout_p']}; pass 0.0 unless training")
+
+
+@check(S, 1, "property", "public")
+def dropout_when_training(api, ctx):
+    """dropout_p > 0 is applied when training=True"""
+    q, k, v = _qkv(ctx.rng("fused-train"), 1, 2, 8, 8, 4)
+    plain = api.fused_probe(q, k, v, True, 0.0, False)["out"]
+    r = api.fused_probe(q, k, v, True, 0.5, True, 3)
+    if np.allclose(r["out"], plain):
+        raise Fail("fused_attention(dropout_p=0.5, training=True) equals the output without dropout")
+    if not any(c["dropout_p"] == 0.5 for c in r["calls"]):
+        raise Fail(f"training with dropout_p=0.5 made the calls {r['calls']}; pass dropout_p to the fused call")
+
+
+@check(S, 2, "reference")
+def module_fused_path(api, ctx):
+    """CausalSelfAttention(fused=True) matches the reference and goes through the fused call"""
+    rng = ctx.rng("fused-module")
+    x = randn(rng, 2, 6, 8, dtype=np.float32)
+    qkv_w, out_w = module_weights(rng, 8)
+    r = api.module_fused_probe(x, qkv_w, out_w, 2)
+    check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, 2), "CausalSelfAttention(fused=True) forward",
+                inputs=shape_str(x))
+    if not r["calls"]:
+        raise Fail("CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
+
+
+@check(S, 2.5, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
+def no_quadratic_memory(api, ctx):
+    """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
+    T = 8192
+    r = api.fused_peak_memory(T, timeout=60)
+    peak, tt = r["peak_bytes"], r["tt_bytes"]
+    if peak > tt / 4:
+        raise Fail(f"one causal call at T={T} raised peak memory by {peak / 2**20:.0f} MiB; a T x T float32 matrix is "
+                   f"{tt / 2**20:.0f} MiB. Use is_causal=True instead of building a mask or the scores")

@@ -1,0 +1,116 @@
+"""Stage 6 checks: splitting and merging heads, multi-head attention, the torch module."""
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import randn, shape_str
+
+S = "heads"
+
+
+@check(S, 1.5, "reference")
+def split_heads_reference(api, ctx):
+    """split_heads gives head h the columns h*d_head:(h+1)*d_head, laid out [..., n_heads, n, d_head]"""
+    rng = ctx.rng("split")
+    for shape, h in [((5, 6), 2), ((2, 4, 8), 4), ((1, 3), 3), ((2, 3, 2, 8), 2)]:
+        x = randn(rng, *shape)
+        check_close(api.split_heads(x, h), ctx.ref.split_heads(x, h), f"split_heads(x, n_heads={h})",
+                    inputs=shape_str(x))
+
+
+@check(S, 1.5, "reference")
+def merge_heads_inverse(api, ctx):
+    """merge_heads matches the reference and undoes split_heads"""
+    rng = ctx.rng("merge")
+    for shape in [(2, 5, 3), (3, 4, 2, 2)]:
+        x = randn(rng, *shape)
+        check_close(api.merge_heads(x), ctx.ref.merge_heads(x), "merge_heads(x)", inputs=shape_str(x))
+    x = randn(rng, 2, 5, 8)
+    check_close(api.merge_heads(api.split_heads(x, 4)), x, "merge_heads(split_heads(x, 4)) against x",
+                inputs=shape_str(x))
+
+
+def _weights(rng, d_model, dt=np.float64):
+    return [randn(rng, d_model, d_model, dtype=dt, scale=d_model**-0.5) for _ in range(4)]
+
+
+@check(S, 2, "reference")
+def mha_reference(api, ctx):
+    """multi_head_attention matches the reference: causal or not, batch dims, n = 1, float32"""
+    rng = ctx.rng("mha")
+    for lead, n, d_model, h, causal, dt in [((), 5, 8, 2, True, np.float64), ((), 4, 6, 3, False, np.float64),
+                                            ((2,), 3, 8, 4, True, np.float32), ((), 1, 4, 2, True, np.float64)]:
+        x = randn(rng, *lead, n, d_model, dtype=dt)
+        w = _weights(rng, d_model, dt)
+        check_close(api.multi_head_attention(x, *w, h, causal), ctx.ref.multi_head_attention(x, *w, h, causal),
+                    f"multi_head_attention(n_heads={h}, causal={causal})", inputs=shape_str(x))
+
+
+@check(S, 1, "property", "public")
+def mha_equals_head_loop(api, ctx):
+    """multi_head_attention equals running your attention on each head's columns and concatenating"""
+    rng = ctx.rng("mha-loop")
+    n, d_model, h = 5, 6, 3
+    x = randn(rng, n, d_model)
+    w_q, w_k, w_v, w_o = _weights(rng, d_model)
+    d_head = d_model // h
+    allowed = ctx.ref.causal_mask(n)
+    heads = []
+    for i in range(h):
+        cols = slice(i * d_head, (i + 1) * d_head)
+        out, _ = api.attention(x @ w_q[:, cols], x @ w_k[:, cols], x @ w_v[:, cols], allowed)
+        heads.append(np.asarray(out, dtype=float))
+    loop = np.concatenate(heads, axis=-1) @ w_o
+    check_close(api.multi_head_attention(x, w_q, w_k, w_v, w_o, h, True), loop,
+                "multi_head_attention against a loop over heads of your own attention()", inputs=shape_str(x))
+
+
+@check(S, 1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+def mha_permutation_equivariance(api, ctx):
+    """without a causal mask, permuting the tokens permutes the outputs"""
+    rng = ctx.rng("mha-perm")
+    x = randn(rng, 5, 4)
+    w = _weights(rng, 4)
+    perm = rng.permutation(5)
+    out = np.asarray(api.multi_head_attention(x, *w, 2, False), dtype=float)
+    check_close(api.multi_head_attention(x[perm], *w, 2, False), out[perm],
+                f"multi_head_attention(x[perm], causal=False) against the output permuted, perm={perm.tolist()}")
+
+
+@check(S, 1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
+def module_structure(api, ctx):
+    """CausalSelfAttention has exactly the submodules qkv (C -> 3C) and out (C -> C), both Linear without bias"""
+    info = api.module_structure(8, 2)
+    if info["children"] != {"qkv": "Linear", "out": "Linear"}:
+        raise Fail(f"submodules are {info['children']}; expected exactly qkv and out, both nn.Linear")
+    want = {"qkv.weight": [24, 8], "out.weight": [8, 8]}
+    if info["state"] != want:
+        raise Fail(f"state dict for d_model=8 is {info['state']}; expected {want} (bias=False)")
+
+
+def module_weights(rng, C, dt=np.float32):
+    return randn(rng, 3 * C, C, dtype=dt, scale=C**-0.5), randn(rng, C, C, dtype=dt, scale=C**-0.5)
+
+
+@check(S, 2, "reference")
+def module_reference(api, ctx):
+    """CausalSelfAttention.forward matches the reference for random weights (B = 2, several heads, T = 1)"""
+    rng = ctx.rng("module")
+    for B, T, C, H in [(2, 5, 8, 2), (1, 7, 12, 3), (3, 1, 8, 4)]:
+        x = randn(rng, B, T, C, dtype=np.float32)
+        qkv_w, out_w = module_weights(rng, C)
+        check_close(api.module_forward(x, qkv_w, out_w, H), ctx.ref.module_forward(x, qkv_w, out_w, H),
+                    f"CausalSelfAttention(d_model={C}, n_heads={H}) forward", inputs=shape_str(x))
+
+
+@check(S, 1.5, "property", "public", cite="Article B, 'Causal attention'")
+def module_future_does_not_leak(api, ctx):
+    """changing later tokens never changes the module's earlier outputs"""
+    rng = ctx.rng("module-future")
+    x = randn(rng, 1, 6, 8, dtype=np.float32)
+    qkv_w, out_w = module_weights(rng, 8)
+    y = np.asarray(api.module_forward(x, qkv_w, out_w, 2))
+    x2 = x.copy()
+    x2[:, 4:] = randn(rng, 1, 2, 8, dtype=np.float32)
+    y2 = np.asarray(api.module_forward(x2, qkv_w, out_w, 2))
+    check_close(y2[:, :4], y[:, :4], "module outputs of tokens 0-3 after changing tokens 4-5 (they must not move)")

@@ -1,0 +1,131 @@
+"""Stage 5 checks: causal masks, apply_mask and single-head attention."""
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import expect_value_error, randn, shape_str
+
+S = "masking"
+
+
+def _pair(got, what: str):
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise Fail(f"{what} should return (out, weights); got {type(got).__name__}")
+    return got
+
+
+@check(S, 2, "reference", "public", cite="Article B, 'Causal attention'")
+def causal_mask_reference(api, ctx):
+    """causal_mask is bool, lower-triangular, and aligned bottom-right when n_q != n_k"""
+    for args in [(4,), (1,), (3, 3), (2, 5), (1, 6), (4, 7)]:
+        got = np.asarray(api.causal_mask(*args))
+        want = ctx.ref.causal_mask(*args)
+        if got.dtype != bool:
+            raise Fail(f"causal_mask{args} has dtype {got.dtype}; expected bool (True = may attend)")
+        if got.shape != want.shape:
+            raise Fail(f"causal_mask{args} has shape {got.shape}, expected {want.shape}")
+        if not np.array_equal(got, want):
+            i, j = np.argwhere(got != want)[0]
+            raise Fail(f"causal_mask{args}: query {i} {'may' if got[i, j] else 'may not'} see key {j}, "
+                       f"but it {'may' if want[i, j] else 'may not'} (query i sees keys j <= n_k - n_q + i)."
+                       f"\nexpected:\n{want.astype(int)}\ngot:\n{got.astype(int)}")
+
+
+@check(S, 1, "reference")
+def apply_mask_reference(api, ctx):
+    """apply_mask puts -inf exactly where the mask is False and leaves the rest alone"""
+    rng = ctx.rng("apply")
+    s = randn(rng, 2, 4, 5)
+    allowed = rng.random((4, 5)) < 0.6
+    allowed[:, 0] = True
+    got = np.asarray(api.apply_mask(s, allowed), dtype=float)
+    check_close(got, ctx.ref.apply_mask(s, allowed), "apply_mask(scores, allowed)",
+                inputs=f"scores {shape_str(s)}, allowed [4, 5] broadcast over the batch")
+
+
+@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+def apply_mask_empty_row_raises(api, ctx):
+    """a query row with no allowed key raises ValueError"""
+    allowed = np.array([[True, False], [False, False]])
+    expect_value_error(lambda: api.apply_mask(np.zeros((2, 2)), allowed), "apply_mask with a row of no allowed key")
+
+
+@check(S, 2, "reference")
+def attention_reference(api, ctx):
+    """attention matches the reference: random masks, n_q != n_k, d_v != d_k, batch dims, n = 1, float32"""
+    rng = ctx.rng("attn")
+    cases = [((), 4, 4, 3, 3, np.float64), ((), 3, 6, 4, 5, np.float64), ((2,), 5, 5, 8, 2, np.float64),
+             ((2, 3), 2, 7, 4, 4, np.float32), ((), 1, 1, 2, 3, np.float64)]
+    for lead, n_q, n_k, d_k, d_v, dt in cases:
+        q, k, v = randn(rng, *lead, n_q, d_k, dtype=dt), randn(rng, *lead, n_k, d_k, dtype=dt), randn(rng, *lead, n_k, d_v, dtype=dt)
+        allowed = rng.random((n_q, n_k)) < 0.5
+        allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
+        out, w = _pair(api.attention(q, k, v, allowed), "attention")
+        ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
+        inputs = f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask"
+        check_close(w, ref_w, "attention weights", inputs=inputs)
+        check_close(out, ref_out, "attention output", inputs=inputs)
+
+
+@check(S, 1, "reference")
+def attention_no_mask(api, ctx):
+    """allowed=None lets every query see every key"""
+    rng = ctx.rng("attn-none")
+    q, k, v = randn(rng, 3, 4), randn(rng, 5, 4), randn(rng, 5, 2)
+    out, w = _pair(api.attention(q, k, v), "attention")
+    ref_out, ref_w = ctx.ref.attention(q, k, v)
+    check_close(w, ref_w, "attention weights with allowed=None", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+    check_close(out, ref_out, "attention output with allowed=None", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+
+
+@check(S, 1, "reference")
+def attention_large_scores(api, ctx):
+    """stays exact when the scores reach +-1e4 (float64)"""
+    rng = ctx.rng("attn-large")
+    q, k, v = randn(rng, 4, 4, scale=70.0), randn(rng, 4, 4, scale=70.0), randn(rng, 4, 3)
+    allowed = ctx.ref.causal_mask(4)
+    out, w = _pair(api.attention(q, k, v, allowed), "attention")
+    ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
+    check_close(w, ref_w, "attention weights with scores near +-1e4", inputs="q, k [4, 4] x 70")
+    check_close(out, ref_out, "attention output with scores near +-1e4", inputs="q, k [4, 4] x 70")
+
+
+@check(S, 1, "property", "public", cite="Article B, 'Causal attention'")
+def masked_weights_exactly_zero(api, ctx):
+    """forbidden positions get weight exactly 0"""
+    rng = ctx.rng("attn-zero")
+    q, k, v = randn(rng, 5, 3), randn(rng, 5, 3), randn(rng, 5, 3)
+    allowed = ctx.ref.causal_mask(5)
+    _, w = _pair(api.attention(q, k, v, allowed), "attention")
+    w = np.asarray(w, dtype=float)
+    if w.shape != (5, 5):
+        raise Fail(f"weights have shape {w.shape}, expected (5, 5)")
+    leak = w[~allowed]
+    if not np.all(leak == 0.0):
+        i, j = np.argwhere((w != 0) & ~allowed)[0]
+        raise Fail(f"query {i} puts weight {w[i, j]:.4g} on future key {j}; forbidden weights must be exactly 0")
+
+
+@check(S, 0.5, "property", "public")
+def weights_sum_to_one(api, ctx):
+    """every query's weights sum to 1, masked or not"""
+    rng = ctx.rng("attn-sum")
+    q, k, v = randn(rng, 4, 3), randn(rng, 6, 3), randn(rng, 6, 2)
+    _, w = _pair(api.attention(q, k, v, ctx.ref.causal_mask(4, 6)), "attention")
+    sums = np.asarray(w, dtype=float).sum(-1)
+    if not np.allclose(sums, 1.0, atol=1e-6):
+        raise Fail(f"row sums of the weights are {np.round(sums, 4).tolist()}, expected all 1")
+
+
+@check(S, 1, "property", "public", cite="Article B, 'Causal attention'")
+def future_does_not_leak(api, ctx):
+    """with a causal mask, changing later tokens never changes earlier outputs"""
+    rng = ctx.rng("attn-future")
+    q, k, v = randn(rng, 6, 4), randn(rng, 6, 4), randn(rng, 6, 3)
+    allowed = np.asarray(api.causal_mask(6))
+    out, _ = _pair(api.attention(q, k, v, allowed), "attention")
+    k2, v2 = k.copy(), v.copy()
+    k2[4:], v2[4:] = randn(rng, 2, 4), randn(rng, 2, 3)
+    out2, _ = _pair(api.attention(q, k2, v2, allowed), "attention")
+    check_close(np.asarray(out2)[:4], np.asarray(out)[:4],
+                "outputs of tokens 0-3 after changing the keys/values of tokens 4-5 (they must not move)")

@@ -1,0 +1,46 @@
+"""Stage 3 checks: query, key and value projections."""
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import randn, shape_str
+
+S = "projections"
+
+
+def _compare(api, ctx, x, w_q, w_k, w_v):
+    got = api.project_qkv(x, w_q, w_k, w_v)
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Fail(f"project_qkv should return (q, k, v); got {type(got).__name__}")
+    for name, g, e in zip("qkv", got, ctx.ref.project_qkv(x, w_q, w_k, w_v)):
+        check_close(g, e, f"{name} from project_qkv", inputs=f"x {shape_str(x)}, w_{name} {list(e.shape[-1:])}")
+
+
+@check(S, 2, "reference")
+def reference_dv_differs(api, ctx):
+    """q, k, v match the reference when d_v != d_k (and n = 1)"""
+    rng = ctx.rng("proj")
+    for n, d_model, d_k, d_v in [(5, 6, 3, 4), (1, 4, 2, 5), (4, 4, 4, 4)]:
+        x = randn(rng, n, d_model)
+        _compare(api, ctx, x, randn(rng, d_model, d_k), randn(rng, d_model, d_k), randn(rng, d_model, d_v))
+
+
+@check(S, 2, "reference")
+def reference_batch_fp32(api, ctx):
+    """q, k, v match the reference with leading batch dimensions, in float32"""
+    rng = ctx.rng("proj-batch")
+    for lead in [(2,), (2, 3)]:
+        x = randn(rng, *lead, 5, 8, dtype=np.float32)
+        w = [randn(rng, 8, d, dtype=np.float32) for d in (4, 4, 6)]
+        _compare(api, ctx, x, *w)
+
+
+@check(S, 1, "property", "public")
+def output_shapes(api, ctx):
+    """q and k are [n, d_k], v is [n, d_v]"""
+    x = np.ones((3, 4))
+    got = api.project_qkv(x, np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 5)))
+    shapes = [tuple(np.shape(t)) for t in got]
+    if shapes != [(3, 2), (3, 2), (3, 5)]:
+        raise Fail(f"for x [3, 4], w_q/w_k [4, 2], w_v [4, 5] the shapes are {shapes}, "
+                   "expected q (3, 2), k (3, 2), v (3, 5)")

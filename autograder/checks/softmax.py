@@ -1,0 +1,100 @@
+"""Stage 1 checks: softmax."""
+import ast
+
+import numpy as np
+
+from ..compare import Fail, check_close
+from ..registry import check
+from .common import expect_value_error, randn, shape_str
+
+S = "softmax"
+
+
+@check(S, 1, "reference")
+def reference_fp64(api, ctx):
+    """matches the reference on random float64 scores, any shape, along every axis"""
+    rng = ctx.rng("softmax-fp64")
+    for shape, axis in [((5,), -1), ((3, 7), -1), ((2, 3, 4), -1), ((4, 6), 0), ((2, 5, 3), 1), ((1, 1), -1)]:
+        s = randn(rng, *shape, scale=3.0)
+        check_close(api.softmax(s, axis=axis), ctx.ref.softmax(s, axis=axis),
+                    f"softmax(scores, axis={axis})", inputs=shape_str(s))
+
+
+@check(S, 1, "reference")
+def reference_fp32(api, ctx):
+    """matches the reference on float32 scores"""
+    rng = ctx.rng("softmax-fp32")
+    for shape in [(6,), (4, 9), (2, 3, 8)]:
+        s = randn(rng, *shape, dtype=np.float32, scale=3.0)
+        check_close(api.softmax(s), ctx.ref.softmax(s), "softmax(scores)", inputs=shape_str(s))
+
+
+@check(S, 1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
+def large_scores_stable(api, ctx):
+    """stays finite and exact for scores near +-1e4 (subtract the maximum first)"""
+    s = np.array([[1e4, 1e4 - 1.0, 1e4 - 2.0], [-1e4, -1e4 + 2.0, -1e4 + 1.0], [1e4, 0.0, -1e4]])
+    got = np.asarray(api.softmax(s), dtype=float)
+    if not np.all(np.isfinite(got)):
+        raise Fail(f"softmax of scores near +-1e4 gave non-finite weights {got.tolist()}: "
+                   "exp(1e4) overflows; subtract each slice's maximum before exponentiating")
+    check_close(got, ctx.ref.softmax(s), "softmax of scores near +-1e4", inputs="[3, 3] float64, |scores| ~ 1e4")
+
+
+@check(S, 0.5, "property", "public")
+def rows_sum_to_one(api, ctx):
+    """every slice sums to 1 and every weight is >= 0"""
+    s = randn(ctx.rng("softmax-sum"), 4, 5, 6, scale=4.0)
+    for axis in (-1, 0):
+        w = np.asarray(api.softmax(s, axis=axis), dtype=float)
+        sums = w.sum(axis=axis)
+        if not np.allclose(sums, 1.0, atol=1e-6) or (w < 0).any():
+            raise Fail(f"softmax(axis={axis}): slice sums range {sums.min():.6g}..{sums.max():.6g} "
+                       f"(min weight {w.min():.3g}); expected every slice to sum to 1 with no negative weight")
+
+
+@check(S, 0.5, "property", "public", cite="Article A, 'How the scores become shares'")
+def shift_invariance(api, ctx):
+    """adding the same number to every score changes nothing"""
+    s = randn(ctx.rng("softmax-shift"), 3, 5)
+    a = api.softmax(s)
+    check_close(api.softmax(s + 7.5), a, "softmax(scores + 7.5) against softmax(scores)", inputs=shape_str(s))
+
+
+@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+def neginf_gets_zero(api, ctx):
+    """a -inf score gets weight exactly 0 and the rest still sum to 1"""
+    s = np.array([[0.3, -np.inf, 1.2, -np.inf], [-np.inf, -np.inf, -np.inf, 2.0]])
+    w = np.asarray(api.softmax(s), dtype=float)
+    if np.isnan(w).any():
+        raise Fail(f"softmax with -inf entries gave NaN: {w.tolist()}")
+    if not np.all(w[np.isneginf(s)] == 0.0):
+        raise Fail(f"weights at -inf scores are {w[np.isneginf(s)].tolist()}, expected exactly 0")
+    check_close(w, ctx.ref.softmax(s), "softmax with -inf entries", inputs="[2, 4] with -inf")
+
+
+@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+def all_neginf_raises(api, ctx):
+    """a slice that is entirely -inf raises ValueError (no weights to share)"""
+    s = np.array([[0.5, 1.0], [-np.inf, -np.inf]])
+    expect_value_error(lambda: api.softmax(s), "softmax of a row that is all -inf")
+
+
+@check(S, 1, "property", "public")
+def no_library_softmax(api, ctx):
+    """written with numpy, not a library softmax (scipy, torch)"""
+    s = np.array([0.0, 1.0, 2.0])
+    check_close(api.softmax(s), ctx.ref.softmax(s), "softmax([0, 1, 2])")
+    path = ctx.submission / "softmax.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError) as e:
+        raise Fail(f"could not read softmax.py: {e}") from None
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for n in names:
+            if n.split(".")[0] in ("scipy", "torch", "jax", "tensorflow"):
+                raise Fail(f"softmax.py line {node.lineno} imports {n}: write softmax with numpy yourself")

@@ -1,0 +1,78 @@
+"""python -m autograder {grade,worked,submit}."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .registry import STAGE
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _grade(args) -> int:
+    from .grade import grade
+    from .report import terminal, write_json
+    from .submission import locate
+
+    try:
+        sub = locate(Path(args.submission))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stages = None
+    if args.stage:
+        stages = [s.strip() for s in args.stage.split(",") if s.strip()]
+        unknown = [s for s in stages if s not in STAGE]
+        if unknown:
+            print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
+            return 2
+    res = grade(sub, stages, seed=args.seed, timeout=args.timeout)
+    print(terminal(res, verbose=args.verbose, color=sys.stdout.isatty()))
+    if args.json:
+        write_json(res, Path(args.json))
+    return 0
+
+
+def _worked(args) -> int:
+    from .worked import WORKED
+
+    items = [w.as_json() for w in WORKED]
+    if args.json:
+        print(json.dumps(items, indent=2))
+    else:
+        for w in items:
+            print(f"{w['id']:<28} {w['stage']:<13} Article {w['article']}, {w['section']}: {w['quantity']} = {w['expected']}")
+    return 0
+
+
+def _submit(args) -> int:
+    from .submission import make_zip
+
+    src = Path(args.submission)
+    problems = make_zip(src, Path(args.output))
+    print(f"wrote {args.output} from {src}/")
+    for p in problems:
+        print(f"  warning: {p}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder", description="Grade the attention exercises.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grade", help="grade a submission folder or zip")
+    g.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with the stage modules, or a zip")
+    g.add_argument("--stage", help="grade only these stages (comma-separated)")
+    g.add_argument("--json", help="write Gradescope-format results to this file")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
+    g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")
+    g.set_defaults(fn=_grade)
+    w = sub.add_parser("worked", help="list the articles' worked numbers that are checked")
+    w.add_argument("--json", action="store_true", help="print them as a JSON array")
+    w.set_defaults(fn=_worked)
+    s = sub.add_parser("submit", help="pack the stage modules and a manifest into a zip")
+    s.add_argument("--submission", default=str(ROOT / "exercises"))
+    s.add_argument("--output", default="submission.zip")
+    s.set_defaults(fn=_submit)
+    args = p.parse_args(argv)
+    return args.fn(args)

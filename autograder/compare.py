@@ -1,0 +1,96 @@
+"""Comparisons that fail with a message saying what, where and by how much."""
+import numpy as np
+
+RTOL, ATOL = 1e-4, 1e-5  # fp32 tolerance used by every reference check unless it says otherwise
+
+
+class Fail(Exception):
+    """A check failed. `diagnosis` is a catalogue id when the mistake is recognised."""
+
+    def __init__(self, message: str, diagnosis: str | None = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+def fmt(a, decimals: int = 4) -> str:
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return np.format_float_positional(float(a), precision=decimals, trim="-") if a.dtype.kind == "f" else str(a)
+    with np.printoptions(precision=decimals, suppress=True, threshold=24, edgeitems=3, linewidth=200):
+        return np.array2string(a, separator=", ")
+
+
+def as_array(got, what: str) -> np.ndarray:
+    try:
+        a = np.asarray(got)
+    except Exception:  # noqa: BLE001
+        raise Fail(f"{what}: expected an array, got {type(got).__name__}") from None
+    if a.dtype.kind not in "fiub":
+        raise Fail(f"{what}: expected a float array, got {type(got).__name__} of dtype {a.dtype}")
+    return a
+
+
+def index_str(idx) -> str:
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def describe_position(idx, shape) -> str:
+    """'row 1, column 2' for the last two axes, with any leading (batch) index."""
+    if len(idx) >= 2:
+        lead = f"batch index {index_str(idx[:-2])}, " if len(idx) > 2 else ""
+        return f"{lead}row {int(idx[-2])}, column {int(idx[-1])}"
+    return f"position {index_str(idx)}"
+
+
+def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL, inputs: str = "") -> None:
+    """Raise Fail unless `got` matches `expected` elementwise (same shape, finite where expected is)."""
+    ctx = f" (input: {inputs})" if inputs else ""
+    g = as_array(got, what)
+    e = np.asarray(expected, dtype=np.float64)
+    if g.shape != e.shape:
+        raise Fail(f"{what}: shape {tuple(g.shape)}, expected {tuple(e.shape)}{ctx}")
+    g = g.astype(np.float64)
+    bad_nan = np.isnan(g) & ~np.isnan(e)
+    if bad_nan.any():
+        idx = np.argwhere(bad_nan)[0]
+        raise Fail(f"{what}: NaN at {describe_position(idx, g.shape)} ({int(bad_nan.sum())} NaN in all), "
+                   f"expected {fmt(e[tuple(idx)])}{ctx}")
+    both_inf = np.isinf(e) & (g == e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both_inf, 0.0, np.abs(g - e))
+    err = np.where(np.isnan(err), np.inf, err)
+    limit = atol + rtol * np.abs(np.where(np.isinf(e), 0.0, e))
+    bad = err > limit
+    if bad.any():
+        idx = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), g.shape) if g.ndim else ()
+        where = describe_position(idx, g.shape) if g.ndim else "the value"
+        row = ""
+        if g.ndim >= 2:
+            row = f"; that row: expected {fmt(e[tuple(idx[:-1])])}, got {fmt(g[tuple(idx[:-1])])}"
+        raise Fail(
+            f"{what}: {int(bad.sum())} of {bad.size} entries differ; worst at {where}: "
+            f"expected {fmt(e[idx])}, got {fmt(g[idx])} (error {fmt(err[idx], 3)}, allowed {fmt(limit[idx], 3)})"
+            f"{row}{ctx}"
+        )
+
+
+def check_printed(got, printed, decimals: int, what: str) -> None:
+    """Compare at the precision the article printed: |got - printed| <= half a unit in the last place."""
+    g = as_array(got, what).astype(np.float64)
+    p = np.asarray(printed, dtype=np.float64)
+    if g.shape != p.shape:
+        raise Fail(f"{what}: shape {tuple(g.shape)}, expected {tuple(p.shape)}")
+    half = 0.5 * 10.0 ** (-decimals) + 1e-9
+    bad = ~(np.abs(g - p) <= half)
+    if bad.any():
+        raise Fail(f"{what}: the article prints {fmt(p, decimals)}, you get {fmt(g, decimals + 2)} "
+                   f"(rounded to {decimals} decimals: {fmt(np.round(g, decimals), decimals)})")
+
+
+def check_within(got, printed, tol: float, what: str) -> None:
+    """Compare an estimate with the printed one within a stated tolerance (sampling error)."""
+    g = as_array(got, what).astype(np.float64)
+    p = np.asarray(printed, dtype=np.float64)
+    if g.shape != p.shape or not np.all(np.abs(g - p) <= tol):
+        raise Fail(f"{what}: the article prints {fmt(p, 2)}, you get {fmt(g, 2)}; "
+                   f"the allowed sampling error is {fmt(tol, 3)}")

@@ -1,0 +1,189 @@
+"""Run the checks of each stage against a submission and decide each stage's status.
+
+numpy stages and torch stages run in two child processes side by side; a hang or
+crash ends that stage (its remaining checks are not run) and a fresh child takes
+the next stage. The parent compares every result; the children only compute.
+"""
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import checks  # noqa: F401  (registers every check)
+from .api import Context, StudentAPI
+from .compare import Fail
+from .registry import CHECKS, STAGE, STAGES, Check, stage_of_file
+from .sandbox import StudentAborted, StudentError, Worker
+
+NIE = "NotImplementedError"
+_STAGE_PREFIX = re.compile(r"^\s*(\w+):")
+
+
+@dataclass
+class CheckResult:
+    check: Check
+    passed: bool
+    message: str = ""
+    error: dict | None = None  # the student's exception, if one ended the check
+    origin: str | None = None  # the stage whose code raised it
+    diagnosis: str | None = None
+    not_run: bool = False
+
+    @property
+    def score(self) -> float:
+        return self.check.points if self.passed else 0.0
+
+    @property
+    def not_implemented(self) -> bool:
+        return bool(self.error) and self.error.get("type") == NIE
+
+
+@dataclass
+class StageResult:
+    stage: str
+    checks: list[CheckResult]
+    status: str = "failed"  # passed | failed | not_started | blocked
+    blocked_by: str | None = None
+
+    @property
+    def score(self) -> float:
+        return sum(r.score for r in self.checks)
+
+    @property
+    def max_score(self) -> float:
+        return float(STAGE[self.stage].points)
+
+
+@dataclass
+class Results:
+    submission: Path
+    stages: dict[str, StageResult]
+    seed: int
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(s.score for s in self.stages.values())
+
+    @property
+    def max_score(self) -> float:
+        return sum(s.max_score for s in self.stages.values())
+
+
+def origin_of(error: dict) -> str | None:
+    """The stage a student exception belongs to: a 'stage:' prefix in a stub's message, else the file."""
+    if error.get("type") == NIE:
+        m = _STAGE_PREFIX.match(error.get("message") or "")
+        if m and m.group(1) in STAGE:
+            return m.group(1)
+    return stage_of_file(error.get("file"))
+
+
+def describe_error(error: dict, submission: Path) -> str:
+    where = f" at {submission / error['file']}:{error['line']}" if error.get("file") else ""
+    if error["type"] == NIE:
+        return f"not implemented yet{where} ({error['message']})"
+    return f"raised {error['type']}: {error['message']}{where}"
+
+
+def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    missing = [f for f in STAGE[stage].files if not (submission / f).is_file()]
+    aborted = None
+    for c in (c for c in CHECKS if c.stage == stage):
+        if missing:
+            results.append(CheckResult(c, False, f"{', '.join(missing)} missing from the submission", not_run=True))
+            continue
+        if aborted:
+            results.append(CheckResult(c, False, f"not run: {aborted}", not_run=True))
+            continue
+        try:
+            c.fn(api, ctx)
+            results.append(CheckResult(c, True))
+        except Fail as f:
+            results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis))
+        except StudentError as e:
+            results.append(CheckResult(c, False, describe_error(e.info, submission), error=e.info,
+                                       origin=origin_of(e.info)))
+        except StudentAborted as e:
+            aborted = f"an earlier check of this stage did not finish ({e})"
+            results.append(CheckResult(c, False, f"your code did not finish: {e}"))
+        except Exception as e:  # noqa: BLE001 - an odd return value the check could not read
+            results.append(CheckResult(c, False, f"could not read your result: {type(e).__name__}: {e}"))
+    return results
+
+
+def _root(stage: str, stages: dict[str, StageResult]) -> str:
+    seen = set()
+    while stages[stage].status == "blocked" and stages[stage].blocked_by and stage not in seen:
+        seen.add(stage)
+        stage = stages[stage].blocked_by
+    return stage
+
+
+def decide_status(sr: StageResult, done: dict[str, StageResult]) -> None:
+    fails = [r for r in sr.checks if not r.passed]
+    if not fails:
+        sr.status = "passed"
+        return
+    if any(r.not_run and "missing" in r.message for r in fails):
+        sr.status = "not_started" if all(r.not_run for r in sr.checks) else "failed"
+        return
+    passed_any = any(r.passed for r in sr.checks)
+    if not passed_any and all(r.not_implemented for r in fails) and any(r.origin == sr.stage for r in fails):
+        sr.status = "not_started"
+        return
+    unfinished = {n for n, s in done.items() if s.status != "passed"}
+    others = [r.origin for r in fails if r.origin and r.origin != sr.stage and r.origin in unfinished]
+    if not others and all(r.error is None and not r.not_run for r in fails):
+        others = [d for d in STAGE[sr.stage].calls if d in unfinished]  # wrong numbers, and a stage it uses is wrong
+    if others:
+        sr.status = "blocked"
+        sr.blocked_by = _root(others[0], done)
+        return
+    sr.status = "failed"
+
+
+def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
+          ref=None) -> Results:
+    """Grade `submission` (a folder with the stage modules). `stages` limits which stages run."""
+    t0 = time.monotonic()
+    submission = Path(submission).resolve()
+    if ref is None:
+        from attn_ref import RefAPI as ref
+    ctx = Context(seed, ref)
+    ctx.submission = submission
+    wanted = [s for s in STAGES if stages is None or s.name in stages]
+    groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
+    found: dict[str, list[CheckResult]] = {}
+
+    def run_group(names: list[str], torch: bool) -> None:
+        worker = Worker(submission, timeout=timeout)
+        api = StudentAPI(worker)
+        try:
+            if torch:
+                try:
+                    api.warmup(timeout=max(120.0, timeout))
+                except (StudentError, StudentAborted) as e:
+                    for name in names:
+                        found[name] = [CheckResult(c, False, f"torch could not be loaded: {e}", not_run=True)
+                                       for c in CHECKS if c.stage == name]
+                    return
+            for name in names:
+                found[name] = run_stage(api, ctx, name, submission)
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=run_group, args=(g, i == 1)) for i, g in enumerate(groups) if g]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done: dict[str, StageResult] = {}
+    for s in wanted:
+        sr = StageResult(s.name, found[s.name])
+        decide_status(sr, done)
+        done[s.name] = sr
+    return Results(submission, done, seed, time.monotonic() - t0)

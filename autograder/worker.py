@@ -1,0 +1,94 @@
+"""The child process that runs student code. Started by autograder.sandbox, never by hand.
+
+argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD
+Reads one JSON request per line from REQUEST_FD, calls "module:function" in the
+submission package (or "driver:name" in autograder.drivers), writes one JSON
+reply per line to RESULT_FD. Student prints go to stdout, which the parent
+keeps out of the results.
+"""
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from autograder import wire  # noqa: E402
+
+
+def load_package(sub_dir: str, pkg: str) -> None:
+    """Make `sub_dir` importable as package `pkg` without running its __init__.py."""
+    spec = importlib.machinery.ModuleSpec(pkg, None, is_package=True)
+    module = importlib.util.module_from_spec(spec)
+    module.__path__ = [sub_dir]
+    sys.modules[pkg] = module
+
+
+def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
+    """The innermost place inside the submission that the exception passed through."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith(sub_dir):
+        return os.path.basename(exc.filename), exc.lineno
+    found = (None, None)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith(sub_dir):
+            found = (os.path.basename(frame.filename), frame.lineno)
+    return found
+
+
+def resolve(target: str, pkg: str):
+    module_name, func = target.split(":")
+    if module_name == "driver":
+        from autograder import drivers
+
+        return getattr(drivers, func)
+    return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)
+
+
+def to_plain(value):
+    """Tensors and array-likes become numpy arrays; containers are walked."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        t = value.detach().cpu()
+        if str(t.dtype) in ("torch.float16", "torch.bfloat16"):
+            t = t.float()
+        return t.numpy()
+    if isinstance(value, tuple):
+        return tuple(to_plain(v) for v in value)
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    return value
+
+
+def main() -> None:
+    sub_dir, pkg, req_fd, res_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    sub_dir = os.path.realpath(sub_dir)
+    load_package(sub_dir, pkg)
+    requests = os.fdopen(req_fd, "rb")
+    results = os.fdopen(res_fd, "wb", buffering=0)
+    for line in requests:
+        req = wire.loads(line)
+        try:
+            fn = resolve(req["target"], pkg)
+            args, kwargs = req.get("args", []), req.get("kwargs", {})
+            if req["target"].startswith("driver:"):
+                kwargs = {**kwargs, "pkg": pkg}
+            value = to_plain(fn(*args, **kwargs))
+            try:
+                reply = wire.dumps({"id": req["id"], "ok": True, "value": value})
+            except TypeError as e:
+                reply = wire.dumps({"id": req["id"], "ok": False, "error": {
+                    "type": "BadReturn", "message": f"returned something that is not an array or number: {e}",
+                    "file": None, "line": None}})
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are student errors too
+            file, lineno = where(e, sub_dir)
+            reply = wire.dumps({"id": req["id"], "ok": False, "error": {
+                "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno}})
+        sys.stdout.flush()
+        results.write(reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 8: the whole attention as one fused call.
+
+Article B, "Code that matches the hand numbers" and "What it costs as the sequence grows".
+"""
+import torch
+import torch.nn.functional as F
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = True,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """One call of F.scaled_dot_product_attention. q [B, H, T_q, D], k/v [B, H, T_k, D] -> [B, H, T_q, D].
+
+    causal=True: the queries are the last T_q positions (bottom-right alignment), so
+    query i sees keys j <= T_k - T_q + i. When T_q == T_k use is_causal (no T x T mask
+    is built). Dropout is applied only when `training` is True.
+    """
+    raise NotImplementedError("fused: write this part of fused_attention")

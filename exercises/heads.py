@@ -1,0 +1,37 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 6 (numpy part): several heads side by side.
+
+Article B, "Multi-head attention" and "Code that matches the hand numbers".
+"""
+import numpy as np
+
+from .masking import attention, causal_mask
+from .projections import project_qkv
+
+
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """[..., n, d_model] -> [..., n_heads, n, d_head], head h = columns h*d_head:(h+1)*d_head."""
+    raise NotImplementedError("heads: write this part of split_heads")
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """Inverse of split_heads: [..., n_heads, n, d_head] -> [..., n, n_heads * d_head]."""
+    raise NotImplementedError("heads: write this part of merge_heads")
+
+
+def multi_head_attention(
+    x: np.ndarray,
+    w_q: np.ndarray,
+    w_k: np.ndarray,
+    w_v: np.ndarray,
+    w_o: np.ndarray,
+    n_heads: int,
+    causal: bool = True,
+) -> np.ndarray:
+    """Concat(head_1, ..., head_h) W_O.
+
+    x [..., n, d_model]; w_q, w_k, w_v, w_o [d_model, d_model]; head h owns columns
+    h*d_head:(h+1)*d_head of w_q, w_k and w_v, with d_head = d_model // n_heads.
+    causal=True lets token i attend to tokens j <= i. Returns [..., n, d_model].
+    """
+    raise NotImplementedError("heads: write this part of multi_head_attention")

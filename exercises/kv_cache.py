@@ -1,0 +1,31 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 7: a preallocated key/value cache for token-by-token decoding.
+
+Article B, "What it costs as the sequence grows" (KV cache).
+"""
+import torch
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, for one attention layer.
+
+    `k` and `v` are allocated once, [B, H, max_len, D]; `length` counts the filled positions.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        n_heads: int,
+        max_len: int,
+        d_head: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        raise NotImplementedError("kv_cache: write this part of KVCache.__init__")
+
+    def append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].
+
+        Raises ValueError if the t new positions do not fit in max_len.
+        """
+        raise NotImplementedError("kv_cache: write this part of KVCache.append")

@@ -1,0 +1,39 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 5: masks and the full single-head attention.
+
+Article A, "Hide forbidden positions before softmax"; Article B, "Causal attention".
+Mask convention: boolean, True = may attend.
+"""
+import numpy as np
+
+from .scaling import scaled_scores
+from .softmax import softmax
+
+
+def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """Boolean [n_q, n_k] mask, True = may attend.
+
+    The queries are the *last* n_q of the n_k positions (bottom-right alignment),
+    so query i may see keys j <= n_k - n_q + i. n_k defaults to n_q (lower triangle).
+    """
+    raise NotImplementedError("masking: write this part of causal_mask")
+
+
+def apply_mask(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Put -inf where `allowed` is False. scores [..., n_q, n_k]; allowed broadcasts to it.
+
+    Raises ValueError if some query row has no allowed key at all.
+    """
+    raise NotImplementedError("masking: write this part of apply_mask")
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T / sqrt(d_k), masked) v.
+
+    q [..., n_q, d_k], k [..., n_k, d_k], v [..., n_k, d_v], allowed bool [n_q, n_k] or
+    broadcastable to [..., n_q, n_k] (True = may attend; None = everything allowed).
+    Returns (out [..., n_q, d_v], weights [..., n_q, n_k]).
+    """
+    raise NotImplementedError("masking: write this part of attention")

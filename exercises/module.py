@@ -1,0 +1,42 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stages 6-8 (torch part): causal self-attention as an nn.Module, with a KV cache and a fused path.
+
+Article B, "Code that matches the hand numbers": two Linear layers, the heads made by reshaping.
+Mask convention: boolean, True = may attend; causal alignment is bottom-right.
+"""
+import torch
+import torch.nn as nn
+
+from .fused import fused_attention
+from .kv_cache import KVCache
+
+
+class CausalSelfAttention(nn.Module):
+    """x [B, T, C] -> [B, T, C] with C = d_model, n_heads heads of d_head = C // n_heads.
+
+    Exactly two submodules: `qkv` (C -> 3C, output rows q then k then v) and `out` (C -> C),
+    both without bias. fused=True computes the attention with `fused_attention`.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, fused: bool = False) -> None:
+        super().__init__()
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.__init__")
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x [B, T, C] -> [B, T, C]. With a cache, x holds the next T tokens after the cache's
+        `length`: their keys/values are appended first, then the T queries attend to all cached ones."""
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.forward")
+        if cache is not None:
+            raise NotImplementedError("kv_cache: write this part of CausalSelfAttention.forward")
+        y = self.attend(q, k, v)  # [B, H, T, D]
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.forward")
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention per head: q [B, H, T, D], k/v [B, H, T_k, D] -> [B, H, T, D].
+
+        The T queries are the last T of the T_k positions (bottom-right alignment):
+        query i sees keys j <= T_k - T + i.
+        """
+        if self.fused:
+            raise NotImplementedError("fused: write this part of CausalSelfAttention.attend")
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.attend")

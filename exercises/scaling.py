@@ -1,0 +1,21 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 4: scaled scores, and why the scale is 1/sqrt(d_k).
+
+Article A, "Why divide by the square root?"; Article B, "Scores, now with a divide".
+"""
+import numpy as np
+
+
+def scaled_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """q [..., n_q, d_k], k [..., n_k, d_k] -> scores [..., n_q, n_k] = q k^T / sqrt(d_k)."""
+    raise NotImplementedError("scaling: write this part of scaled_scores")
+
+
+def score_variance(d_k: int, n_pairs: int = 20000, seed: int = 0, scaled: bool = False) -> float:
+    """Estimate var(q . k) for q, k with independent standard-normal entries.
+
+    Draws `n_pairs` pairs of d_k-dimensional vectors from np.random.default_rng(seed).
+    With scaled=True the variance of q . k / sqrt(d_k) is estimated instead.
+    Theory: d_k unscaled, 1 scaled.
+    """
+    raise NotImplementedError("scaling: write this part of score_variance")

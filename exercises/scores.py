@@ -1,0 +1,18 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 2: dot products as scores, and attention with no learned weights.
+
+Article B, "The one idea" and "Simple self-attention".
+"""
+import numpy as np
+
+from .softmax import softmax
+
+
+def dot_scores(x: np.ndarray) -> np.ndarray:
+    """Every token's dot product with every token: x [n, d] -> [n, n], entry (i, j) = x_i . x_j."""
+    raise NotImplementedError("dot_products: write this part of dot_scores")
+
+
+def simple_self_attention(x: np.ndarray) -> np.ndarray:
+    """softmax(x x^T) x: each row becomes a weighted average of all rows. x [n, d] -> [n, d]."""
+    raise NotImplementedError("dot_products: write this part of simple_self_attention")

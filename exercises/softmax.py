@@ -1,0 +1,19 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Stage 1: a numerically stable softmax.
+
+Article A, "How the scores become shares"; Article B, "Simple self-attention".
+"""
+import numpy as np
+
+
+def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Turn scores into weights that are positive and sum to 1 along `axis`.
+
+    scores: any shape, any float dtype; `-inf` marks a forbidden entry.
+    Returns an array of the same shape. A `-inf` entry gets weight exactly 0.
+    Raises ValueError when a slice along `axis` is entirely `-inf`
+    (there is nothing to share the weight among).
+    Stable for large scores (e.g. +-1e4): the slice maximum is subtracted first,
+    which changes no ratio because the common factor cancels.
+    """
+    raise NotImplementedError("softmax: write this part of softmax")

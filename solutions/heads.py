@@ -1,0 +1,52 @@
+"""Stage 6 (numpy part): several heads side by side.
+
+Article B, "Multi-head attention" and "Code that matches the hand numbers".
+"""
+import numpy as np
+
+from .masking import attention, causal_mask
+from .projections import project_qkv
+
+
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """[..., n, d_model] -> [..., n_heads, n, d_head], head h = columns h*d_head:(h+1)*d_head."""
+    # BEGIN SOLUTION
+    *lead, n, d_model = x.shape
+    d_head = d_model // n_heads
+    x = x.reshape(*lead, n, n_heads, d_head)  # [..., n, n_heads, d_head]
+    return np.swapaxes(x, -3, -2)  # [..., n_heads, n, d_head]
+    # END SOLUTION
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """Inverse of split_heads: [..., n_heads, n, d_head] -> [..., n, n_heads * d_head]."""
+    # BEGIN SOLUTION
+    *lead, n_heads, n, d_head = x.shape
+    x = np.swapaxes(x, -3, -2)  # [..., n, n_heads, d_head]
+    return x.reshape(*lead, n, n_heads * d_head)  # [..., n, d_model]
+    # END SOLUTION
+
+
+def multi_head_attention(
+    x: np.ndarray,
+    w_q: np.ndarray,
+    w_k: np.ndarray,
+    w_v: np.ndarray,
+    w_o: np.ndarray,
+    n_heads: int,
+    causal: bool = True,
+) -> np.ndarray:
+    """Concat(head_1, ..., head_h) W_O.
+
+    x [..., n, d_model]; w_q, w_k, w_v, w_o [d_model, d_model]; head h owns columns
+    h*d_head:(h+1)*d_head of w_q, w_k and w_v, with d_head = d_model // n_heads.
+    causal=True lets token i attend to tokens j <= i. Returns [..., n, d_model].
+    """
+    # BEGIN SOLUTION
+    n = x.shape[-2]
+    q, k, v = project_qkv(x, w_q, w_k, w_v)  # each [..., n, d_model]
+    q, k, v = (split_heads(t, n_heads) for t in (q, k, v))  # each [..., n_heads, n, d_head]
+    allowed = causal_mask(n) if causal else None  # [n, n]
+    out, _ = attention(q, k, v, allowed)  # [..., n_heads, n, d_head]
+    return merge_heads(out) @ w_o  # [..., n, d_model] @ [d_model, d_model]
+    # END SOLUTION

@@ -1,0 +1,44 @@
+"""Stage 7: a preallocated key/value cache for token-by-token decoding.
+
+Article B, "What it costs as the sequence grows" (KV cache).
+"""
+import torch
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, for one attention layer.
+
+    `k` and `v` are allocated once, [B, H, max_len, D]; `length` counts the filled positions.
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        n_heads: int,
+        max_len: int,
+        d_head: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        # BEGIN SOLUTION
+        self.max_len = max_len
+        self.k = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)  # [B, H, max_len, D]
+        self.v = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)  # [B, H, max_len, D]
+        self.length = 0
+        # END SOLUTION
+
+    def append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].
+
+        Raises ValueError if the t new positions do not fit in max_len.
+        """
+        # BEGIN SOLUTION
+        t = k_new.shape[-2]
+        end = self.length + t
+        if end > self.max_len:
+            raise ValueError(f"KVCache.append: {self.length} + {t} positions exceed max_len={self.max_len}")
+        self.k[:, :, self.length : end] = k_new
+        self.v[:, :, self.length : end] = v_new
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]  # views, [B, H, length, D]
+        # END SOLUTION

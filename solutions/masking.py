@@ -1,0 +1,55 @@
+"""Stage 5: masks and the full single-head attention.
+
+Article A, "Hide forbidden positions before softmax"; Article B, "Causal attention".
+Mask convention: boolean, True = may attend.
+"""
+import numpy as np
+
+from .scaling import scaled_scores
+from .softmax import softmax
+
+
+def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """Boolean [n_q, n_k] mask, True = may attend.
+
+    The queries are the *last* n_q of the n_k positions (bottom-right alignment),
+    so query i may see keys j <= n_k - n_q + i. n_k defaults to n_q (lower triangle).
+    """
+    # BEGIN SOLUTION
+    if n_k is None:
+        n_k = n_q
+    i = np.arange(n_q)[:, None]  # [n_q, 1]
+    j = np.arange(n_k)[None, :]  # [1, n_k]
+    return j <= i + (n_k - n_q)  # [n_q, n_k]
+    # END SOLUTION
+
+
+def apply_mask(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Put -inf where `allowed` is False. scores [..., n_q, n_k]; allowed broadcasts to it.
+
+    Raises ValueError if some query row has no allowed key at all.
+    """
+    # BEGIN SOLUTION
+    allowed = np.broadcast_to(allowed, scores.shape)
+    if not np.all(np.any(allowed, axis=-1)):
+        raise ValueError("apply_mask: a query row has no allowed key")
+    return np.where(allowed, scores, -np.inf)
+    # END SOLUTION
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T / sqrt(d_k), masked) v.
+
+    q [..., n_q, d_k], k [..., n_k, d_k], v [..., n_k, d_v], allowed bool [n_q, n_k] or
+    broadcastable to [..., n_q, n_k] (True = may attend; None = everything allowed).
+    Returns (out [..., n_q, d_v], weights [..., n_q, n_k]).
+    """
+    # BEGIN SOLUTION
+    scores = scaled_scores(q, k)  # [..., n_q, n_k]
+    if allowed is not None:
+        scores = apply_mask(scores, allowed)
+    weights = softmax(scores, axis=-1)  # [..., n_q, n_k]
+    return weights @ v, weights  # [..., n_q, n_k] @ [..., n_k, d_v] -> [..., n_q, d_v]
+    # END SOLUTION

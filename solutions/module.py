@@ -1,0 +1,66 @@
+"""Stages 6-8 (torch part): causal self-attention as an nn.Module, with a KV cache and a fused path.
+
+Article B, "Code that matches the hand numbers": two Linear layers, the heads made by reshaping.
+Mask convention: boolean, True = may attend; causal alignment is bottom-right.
+"""
+import torch
+import torch.nn as nn
+
+from .fused import fused_attention
+from .kv_cache import KVCache
+
+
+class CausalSelfAttention(nn.Module):
+    """x [B, T, C] -> [B, T, C] with C = d_model, n_heads heads of d_head = C // n_heads.
+
+    Exactly two submodules: `qkv` (C -> 3C, output rows q then k then v) and `out` (C -> C),
+    both without bias. fused=True computes the attention with `fused_attention`.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, fused: bool = False) -> None:
+        super().__init__()
+        # BEGIN SOLUTION
+        assert d_model % n_heads == 0, "d_model must be a multiple of n_heads"
+        self.n_heads = n_heads
+        self.fused = fused
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+        # END SOLUTION
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x [B, T, C] -> [B, T, C]. With a cache, x holds the next T tokens after the cache's
+        `length`: their keys/values are appended first, then the T queries attend to all cached ones."""
+        # BEGIN SOLUTION
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)  # each [B, T, C]
+        q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
+        k = k.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
+        v = v.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
+        # END SOLUTION
+        if cache is not None:
+            # BEGIN SOLUTION stage=kv_cache
+            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included
+            # END SOLUTION
+        y = self.attend(q, k, v)  # [B, H, T, D]
+        # BEGIN SOLUTION
+        y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, H, D] -> [B, T, C]: heads side by side
+        return self.out(y)
+        # END SOLUTION
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention per head: q [B, H, T, D], k/v [B, H, T_k, D] -> [B, H, T, D].
+
+        The T queries are the last T of the T_k positions (bottom-right alignment):
+        query i sees keys j <= T_k - T + i.
+        """
+        if self.fused:
+            # BEGIN SOLUTION stage=fused
+            return fused_attention(q, k, v, causal=True)
+            # END SOLUTION
+        # BEGIN SOLUTION
+        T, T_k = q.shape[-2], k.shape[-2]
+        scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # [B, H, T, T_k]
+        allowed = torch.ones(T, T_k, dtype=torch.bool, device=q.device).tril(diagonal=T_k - T)  # [T, T_k]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        return scores.softmax(dim=-1) @ v  # [B, H, T, T_k] @ [B, H, T_k, D] -> [B, H, T, D]
+        # END SOLUTION
