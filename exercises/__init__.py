@@ -1,6 +1,5 @@
-"""Attention, stage by stage: the complete student modules (instructor copy).
+"""Attention, stage by stage: one module per stage, softmax.py through fused.py.
 
-`exercises/` is generated from this package by `make exercises`: every
-`# BEGIN SOLUTION` ... `# END SOLUTION` block becomes a stub that raises
-NotImplementedError. Mask convention everywhere: boolean, True = may attend.
+Grade with `make grade`; the stage table and the next step tell you where to go.
+Mask convention everywhere: boolean, True = may attend.
 """

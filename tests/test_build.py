@@ -1,0 +1,62 @@
+"""exercises/ is generated from solutions/; `make submit` packs a gradable zip."""
+import json
+import zipfile
+
+from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
+
+from autograder.make_exercises import generate, stub_source
+from autograder.submission import locate, make_zip
+
+
+def test_exercises_match_generated_byte_for_byte():
+    files = generate()
+    assert sorted(files) == sorted(p.name for p in EXERCISES.glob("*.py"))
+    for name, body in files.items():
+        assert (EXERCISES / name).read_bytes() == body.encode(), f"exercises/{name} is stale: run make exercises"
+
+
+def test_exercises_hold_no_solution_code():
+    for path in SOLUTIONS.glob("*.py"):
+        sol = path.read_text()
+        ex = (EXERCISES / path.name).read_text()
+        assert "BEGIN SOLUTION" not in ex
+        inside = False
+        for line in sol.splitlines():
+            if "# BEGIN SOLUTION" in line:
+                inside = True
+            elif "# END SOLUTION" in line:
+                inside = False
+            elif inside and line.strip() and not line.strip().startswith("#"):
+                assert line not in ex.splitlines(), f"{path.name}: solution line leaked: {line!r}"
+
+
+def test_stub_names_its_stage_and_function():
+    src = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    assert stub_source(src, "masking.py") == 'def f(x):\n    raise NotImplementedError("masking: write this part of f")\n'
+    src = "class C:\n    def g(self):\n        # BEGIN SOLUTION stage=fused\n        pass\n        # END SOLUTION\n"
+    assert 'NotImplementedError("fused: write this part of C.g")' in stub_source(src, "module.py")
+
+
+def test_submit_zip_round_trip(tmp_path):
+    zpath = tmp_path / "submission.zip"
+    assert make_zip(SOLUTIONS, zpath) == []
+    with zipfile.ZipFile(zpath) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        assert "softmax.py" in z.namelist() and len(manifest["files"]["softmax.py"]) == 64
+    res = grade(locate(zpath), stages=["softmax", "scaling"])
+    assert res.score == res.max_score
+
+
+def test_submit_reports_missing_and_unparsable(tmp_path):
+    sub = variant(tmp_path, {"masking.py": [("def causal_mask(", "def causal_mask(((")]})
+    (sub / "heads.py").unlink()
+    problems = make_zip(sub, tmp_path / "s.zip")
+    assert any(p.startswith("heads.py: missing") for p in problems)
+    assert any(p.startswith("masking.py:") and "does not parse" in p for p in problems)
+
+
+def test_locate_finds_nested_exercises(tmp_path):
+    (tmp_path / "repo" / "exercises").mkdir(parents=True)
+    (tmp_path / "repo" / "exercises" / "softmax.py").write_text("")
+    assert locate(tmp_path / "repo") == tmp_path / "repo" / "exercises"
+    assert locate(ROOT) == ROOT / "exercises"

@@ -1,0 +1,111 @@
+"""The grading loop end to end: full marks, zero for stubs, statuses, JSON, CLI."""
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, SOLUTIONS, failing, grade, variant
+
+from autograder.registry import CHECKS, CORE_POINTS, STAGES
+from autograder.report import results_json, terminal
+
+STAGE_POINTS = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16,
+                "heads": 16, "kv_cache": 16, "fused": 14}
+
+
+def test_points_add_up():
+    assert CORE_POINTS == 100
+    for s in STAGES:
+        assert s.points == STAGE_POINTS[s.name]
+        assert sum(c.points for c in CHECKS if c.stage == s.name) == pytest.approx(s.points), s.name
+    kinds = {(c.stage, c.kind) for c in CHECKS}
+    for s in STAGES:  # every stage has all three kinds of check, or at least worked + one other
+        assert (s.name, "worked") in kinds
+        assert {(s.name, "reference"), (s.name, "property")} & kinds
+
+
+def test_solutions_score_full_marks(solutions_result):
+    res = solutions_result
+    bad = {n: [(r.check.name, r.message) for r in s.checks if not r.passed] for n, s in res.stages.items()}
+    assert res.score == 100, {k: v for k, v in bad.items() if v}
+    assert all(s.status == "passed" for s in res.stages.values())
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_solutions_full_marks_other_seeds(seed):
+    res = grade(SOLUTIONS, seed=seed)
+    assert res.score == 100, [(r.check.id, r.message) for s in res.stages.values() for r in s.checks if not r.passed]
+
+
+def test_stubs_score_zero_not_started(stubs_result):
+    res = stubs_result
+    assert res.score == 0
+    assert {n: s.status for n, s in res.stages.items()} == {s.name: "not_started" for s in STAGES}
+    text = terminal(res)
+    assert "0/100" in text
+    assert "Next step: start stage 1 (softmax): open exercises/softmax.py:" in text
+
+
+def test_next_step_points_at_first_stub_line(stubs_result):
+    text = terminal(stubs_result)
+    line = int(text.split("exercises/softmax.py:")[1].split()[0])
+    assert "raise NotImplementedError" in (ROOT / "exercises" / "softmax.py").read_text().splitlines()[line - 1]
+
+
+def test_results_json_gradescope_format(solutions_result, stubs_result):
+    for res in (solutions_result, stubs_result):
+        data = results_json(res)
+        json.dumps(data)
+        assert data["score"] == res.score
+        assert len(data["tests"]) == len(CHECKS)
+        for t in data["tests"]:
+            assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility", "extra_data"}
+            assert t["status"] in ("passed", "failed")
+            assert t["visibility"] in ("visible", "after_published")
+            assert {"stage", "check", "diagnosis"} <= set(t["extra_data"])
+        stages = data["extra_data"]["stages"]
+        assert set(stages) == set(STAGE_POINTS)
+        for name, s in stages.items():
+            assert s["max_score"] == STAGE_POINTS[name]
+            assert s["status"] in ("passed", "failed", "not_started", "blocked")
+
+
+def test_partial_progress_and_blocked(tmp_path):
+    """softmax left as a stub, everything else written: stages that call softmax are blocked by it."""
+    stub_softmax = (ROOT / "exercises" / "softmax.py").read_text()
+    sub = variant(tmp_path, {})
+    (sub / "softmax.py").write_text(stub_softmax)
+    res = grade(sub, stages=["softmax", "dot_products", "projections", "scaling", "masking"])
+    st = {n: (s.status, s.blocked_by) for n, s in res.stages.items()}
+    assert st["softmax"] == ("not_started", None)
+    assert st["dot_products"] == ("blocked", "softmax")
+    assert st["masking"] == ("blocked", "softmax")
+    assert st["projections"] == ("passed", None)
+    assert st["scaling"] == ("passed", None)
+    assert "blocked by softmax" in terminal(res)
+
+
+def test_wrong_numbers_report_where(tmp_path):
+    """A failing reference check says what was expected, what came back, and where."""
+    sub = variant(tmp_path, {"scores.py": [("return x @ x.T", "return x @ x.T + 0.5")]})
+    res = grade(sub, stages=["dot_products"])
+    assert res.stages["dot_products"].status == "failed"
+    msgs = [r.message for r in res.stages["dot_products"].checks if not r.passed]
+    ref = next(m for m in msgs if m.startswith("dot_scores(x):"))
+    assert "worst at row 0, column " in ref and "expected" in ref and "got" in ref and "input: [5, 3] float64" in ref
+
+
+def test_cli_grade_exit_code_and_json(tmp_path):
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "softmax,scaling", "--json", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "softmax" in p.stdout and "not started" in p.stdout
+    data = json.loads(out.read_text())
+    assert set(data["extra_data"]["stages"]) == {"softmax", "scaling"}
+
+
+def test_cli_unknown_stage():
+    p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "nope"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "unknown stage nope" in p.stderr

@@ -1,0 +1,98 @@
+"""attn_ref: reproduces every worked number, agrees with torch's SDPA, and stays independent."""
+import ast
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import ROOT
+
+from attn_ref import RefAPI, core
+from autograder.compare import check_printed, check_within
+from autograder.worked import WORKED
+
+
+@pytest.mark.parametrize("w", WORKED, ids=[w.id for w in WORKED])
+def test_reference_reproduces_worked_number(w):
+    got = w.compute(RefAPI)
+    if isinstance(w.precision, dict):
+        check_within(got, w.expected, w.precision["sampling_error"], w.id)
+    else:
+        check_printed(got, w.expected, w.precision, w.id)
+
+
+def test_worked_check_fails_on_a_wrong_number():
+    """The worked comparison really compares: one unit in the last printed place is too much."""
+    from autograder.compare import Fail
+
+    with pytest.raises(Fail):
+        check_printed([0.4111, 0.1978], [0.4011, 0.1978], 4, "x")
+    check_printed([0.40114, 0.19776], [0.4011, 0.1978], 4, "x")
+
+
+def test_every_article_section_with_numbers_is_covered():
+    sections = {(w.article, w.section) for w in WORKED}
+    for need in [("A", "How the scores become shares"), ("A", "Hide forbidden positions before softmax"),
+                 ("B", "The one idea"), ("B", "Simple self-attention"), ("B", "Trainable attention"),
+                 ("B", "Scores, now with a divide"), ("B", "Weights and output"), ("B", "Causal attention"),
+                 ("B", "Multi-head attention"), ("B", "Code that matches the hand numbers")]:
+        assert need in sections, need
+
+
+@pytest.mark.parametrize("T_q,T_k,causal", [(5, 5, True), (6, 6, False), (3, 7, True), (1, 9, True)])
+def test_reference_agrees_with_sdpa(T_q, T_k, causal):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 3, T_q, 8)), rng.standard_normal((2, 3, T_k, 8)), rng.standard_normal((2, 3, T_k, 8))
+    mask = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q) if causal else None
+    want = F.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), attn_mask=mask).numpy()
+    np.testing.assert_allclose(core.fused_attention(q, k, v, causal), want, rtol=1e-12, atol=1e-12)
+
+
+def test_reference_module_matches_article_class():
+    """The numpy module reference equals a torch CausalSelfAttention built with the same weights and is_causal."""
+    rng = np.random.default_rng(1)
+    B, T, C, H = 2, 6, 12, 3
+    x, w_qkv, w_out = rng.standard_normal((B, T, C)), rng.standard_normal((3 * C, C)), rng.standard_normal((C, C))
+    xt = torch.tensor(x)
+    q, k, v = (xt @ torch.tensor(w_qkv).T).split(C, dim=-1)
+    q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    want = (y @ torch.tensor(w_out).T).numpy()
+    np.testing.assert_allclose(core.module_forward(x, w_qkv, w_out, H), want, rtol=1e-10, atol=1e-10)
+
+
+def test_reference_softmax_edge_cases():
+    np.testing.assert_allclose(core.softmax(np.array([1e4, 1e4 - 1])), [1 / (1 + np.exp(-1)), 1 / (1 + np.exp(1))])
+    assert core.softmax(np.array([0.0, -np.inf]))[1] == 0.0
+    with pytest.raises(ValueError):
+        core.softmax(np.array([-np.inf, -np.inf]))
+
+
+def _imports(folder):
+    names = set()
+    for path in (ROOT / folder).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_reference_and_solutions_are_independent():
+    assert not {"solutions", "exercises", "autograder"} & _imports("attn_ref")
+    assert not {"attn_ref", "autograder", "exercises"} & _imports("solutions")
+    assert _imports("solutions") <= {"numpy", "torch", "__future__"}
+
+
+def test_worked_json_lists_every_check():
+    p = subprocess.run([sys.executable, "-m", "autograder", "worked", "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    items = json.loads(p.stdout)
+    assert len(items) == len(WORKED) >= 40
+    for it in items:
+        assert {"id", "article", "section", "quantity", "expected", "precision"} <= set(it)
+        assert it["article"] in ("A", "B")

@@ -1,0 +1,91 @@
+"""A broken submission costs its own points, never the grader's life or another stage's score."""
+import time
+
+from conftest import ROOT, grade, variant
+
+SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
+
+
+def _only_stage_lost(res, stage, others):
+    assert res.stages[stage].score < res.stages[stage].max_score
+    for o in others:
+        assert res.stages[o].status == "passed", (o, [r.message for r in res.stages[o].checks if not r.passed])
+
+
+def test_endless_loop_costs_only_its_stage(tmp_path):
+    sub = variant(tmp_path, {"scaling.py": [('    d_k = q.shape[-1]\n', '    while True:\n        pass\n')]})
+    t0 = time.monotonic()
+    res = grade(sub, stages=["softmax", "scaling", "projections"], timeout=2.0)
+    took = time.monotonic() - t0
+    assert res.stages["scaling"].status == "failed"
+    msgs = [r.message for r in res.stages["scaling"].checks if not r.passed]
+    assert any("did not finish" in m and "2 s" in m for m in msgs)
+    assert any(m.startswith("not run: an earlier check of this stage did not finish") for m in msgs)
+    _only_stage_lost(res, "scaling", ["softmax", "projections"])
+    assert took < 30  # one timeout per stage, not one per check
+
+
+def test_interpreter_crash_and_systemexit(tmp_path):
+    sub = variant(tmp_path, {
+        "softmax.py": [(SOFTMAX_BODY, "    import os; os._exit(3)\n")],
+        "projections.py": [("    q = x @ w_q", "    raise SystemExit(0)\n    q = x @ w_q")],
+    })
+    res = grade(sub, stages=["softmax", "projections", "scaling"])
+    sm = [r.message for r in res.stages["softmax"].checks if not r.passed]
+    assert any("exit code 3" in m for m in sm), sm
+    pj = [r.message for r in res.stages["projections"].checks if not r.passed]
+    assert pj and all("SystemExit" in m for m in pj), pj
+    assert res.stages["projections"].score == 0 and res.stages["softmax"].score == 0
+    assert res.stages["scaling"].status == "passed"
+
+
+def test_import_error_and_syntax_error(tmp_path):
+    sub = variant(tmp_path, {"scores.py": [("import numpy as np\n", "import numpy as np\nimport not_a_module\n")],
+                             "projections.py": [("    q = x @ w_q", "    q = x @@ w_q")]})
+    res = grade(sub, stages=["softmax", "dot_products", "projections", "scaling"])
+    dp = [r.message for r in res.stages["dot_products"].checks if not r.passed]
+    assert dp and all("ModuleNotFoundError" in m and "scores.py" in m for m in dp), dp
+    pj = [r.message for r in res.stages["projections"].checks if not r.passed]
+    assert pj and all("SyntaxError" in m and "projections.py" in m for m in pj), pj
+    assert res.stages["softmax"].status == "passed" and res.stages["scaling"].status == "passed"
+
+
+def test_missing_module_is_reported(tmp_path):
+    sub = variant(tmp_path, {})
+    (sub / "scaling.py").unlink()
+    res = grade(sub, stages=["softmax", "scaling"])
+    assert res.stages["scaling"].score == 0
+    assert all("scaling.py missing" in r.message for r in res.stages["scaling"].checks)
+    assert res.stages["softmax"].status == "passed"
+
+
+def test_printing_student_code_does_not_disturb(tmp_path):
+    fake = '    print(\'{"id": 1, "ok": true, "value": 1}\')\n    scores = np.asarray(scores)\n'
+    res = grade(variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, fake)]}), stages=["softmax"])
+    assert res.stages["softmax"].status == "passed"
+
+
+def test_numpy_stages_never_import_torch(tmp_path):
+    guard = ('    import sys\n    if "torch" in sys.modules:\n        raise RuntimeError("torch was imported")\n'
+             + SOFTMAX_BODY)
+    numpy_stages = ["softmax", "dot_products", "projections", "scaling", "masking"]
+    res = grade(variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, guard)]}), stages=numpy_stages)
+    assert res.score == res.max_score == 54
+
+
+def test_torch_stage_crash_leaves_numpy_stages(tmp_path):
+    sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", "        import os; os.abort()\n")]})
+    res = grade(sub, stages=["softmax", "kv_cache", "fused"])
+    assert res.stages["kv_cache"].status == "failed"
+    assert any("signal" in r.message for r in res.stages["kv_cache"].checks)
+    assert res.stages["fused"].status == "passed" and res.stages["softmax"].status == "passed"
+
+
+def test_odd_return_values(tmp_path):
+    sub = variant(tmp_path, {"scores.py": [("    return x @ x.T  #", "    return object()  #")],
+                             "projections.py": [("    return q, k, v", "    return None")]})
+    res = grade(sub, stages=["dot_products", "projections"])
+    dp = [r.message for r in res.stages["dot_products"].checks if not r.passed]
+    assert any("not an array or number" in m for m in dp), dp
+    assert res.stages["projections"].score < 8
+    assert ROOT.exists()
