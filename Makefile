@@ -6,10 +6,11 @@ SUBMISSION ?= exercises
 STAGE  ?=
 SEED   ?= 0
 
-.PHONY: grade submit worked exercises check-exercises test clean help
+.PHONY: grade hint submit worked exercises check-exercises test clean help
 
 help:
 	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
+	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
 	@echo "make worked                  list the articles' numbers that are checked"
 	@echo "make test                    the project's own tests (instructors)"
@@ -26,6 +27,9 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.student
 
 grade: $(VENV)/.student
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
+
+hint: $(VENV)/.student
+	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
 
 submit: $(VENV)/.student
 	@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip

@@ -28,8 +28,25 @@ def _grade(args) -> int:
             return 2
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout)
     print(terminal(res, verbose=args.verbose, color=sys.stdout.isatty()))
+    if stages is None:  # remembered for `make hint`
+        try:
+            (sub.parent / ".grade-state.json").write_text(json.dumps({n: s.status for n, s in res.stages.items()}))
+        except OSError:
+            pass
     if args.json:
         write_json(res, Path(args.json))
+    return 0
+
+
+def _hint(args) -> int:
+    from .hints import next_hint
+    from .submission import locate
+
+    try:
+        print(next_hint(locate(Path(args.submission)), args.stage))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -67,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
     g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")
     g.set_defaults(fn=_grade)
+    h = sub.add_parser("hint", help="the next hint for the first unfinished stage (or STAGE)")
+    h.add_argument("stage", nargs="?")
+    h.add_argument("--submission", default=str(ROOT / "exercises"))
+    h.set_defaults(fn=_hint)
     w = sub.add_parser("worked", help="list the articles' worked numbers that are checked")
     w.add_argument("--json", action="store_true", help="print them as a JSON array")
     w.set_defaults(fn=_worked)

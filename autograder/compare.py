@@ -42,8 +42,25 @@ def describe_position(idx, shape) -> str:
     return f"position {index_str(idx)}"
 
 
-def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL, inputs: str = "") -> None:
-    """Raise Fail unless `got` matches `expected` elementwise (same shape, finite where expected is)."""
+def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL, inputs: str = "",
+                mistakes: dict | None = None, ignore_nan_in_mistakes: bool = False) -> None:
+    """Raise Fail unless `got` matches `expected` elementwise (same shape, finite where expected is).
+
+    `mistakes` maps catalogue ids to what that mistake would return; a failure whose output
+    matches one of them carries that id as its diagnosis.
+    """
+    try:
+        _check_close(got, expected, what, rtol, atol, inputs)
+    except Fail as f:
+        from .diagnosis import diagnose, explain
+
+        found = diagnose(got, expected, mistakes, ignore_nan_in_mistakes)
+        if found:
+            raise Fail(f"{explain(found)}\n{f}", diagnosis=found) from None
+        raise
+
+
+def _check_close(got, expected, what: str, rtol: float, atol: float, inputs: str) -> None:
     ctx = f" (input: {inputs})" if inputs else ""
     g = as_array(got, what)
     e = np.asarray(expected, dtype=np.float64)

@@ -143,16 +143,18 @@ class _SdpaSpy:
             return spy.orig(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, *args, **kwargs)
 
         F.scaled_dot_product_attention = wrapped
-        for name, mod in list(sys.modules.items()):
-            if name.startswith(self.pkg + ".") and getattr(mod, "scaled_dot_product_attention", None) is self.orig:
-                mod.scaled_dot_product_attention = wrapped
-                self.rebound.append(mod)
+        for mod_name, mod in list(sys.modules.items()):
+            if mod_name.startswith(self.pkg + "."):
+                for name, value in list(vars(mod).items()):
+                    if value is self.orig:  # imported by name, perhaps under another name
+                        setattr(mod, name, wrapped)
+                        self.rebound.append((mod, name))
         return self
 
     def __exit__(self, *exc):
         self.F.scaled_dot_product_attention = self.orig
-        for mod in self.rebound:
-            mod.scaled_dot_product_attention = self.orig
+        for mod, name in self.rebound:
+            setattr(mod, name, self.orig)
         return False
 
 
@@ -202,8 +204,8 @@ def fused_peak_memory(T, d_head=32, *, pkg):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak-RSS mark to the current RSS
     base = _rss_kib()
-    with torch.no_grad():
+    with _SdpaSpy(pkg) as spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
     peak = _hwm_kib()
     del out
-    return {"peak_bytes": (peak - base) * 1024, "tt_bytes": T * T * 4}
+    return {"peak_bytes": (peak - base) * 1024, "tt_bytes": T * T * 4, "calls": spy.calls}

@@ -54,6 +54,11 @@ class StageResult:
     def max_score(self) -> float:
         return float(STAGE[self.stage].points)
 
+    @property
+    def diagnoses(self) -> list[str]:
+        """Catalogue ids named by this stage's failing checks, first seen first."""
+        return list(dict.fromkeys(r.diagnosis for r in self.checks if r.diagnosis))
+
 
 @dataclass
 class Results:
@@ -153,7 +158,10 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     submission = Path(submission).resolve()
     if ref is None:
         from attn_ref import RefAPI as ref
+    from attn_ref import mistakes
+
     ctx = Context(seed, ref)
+    ctx.mistakes = mistakes
     ctx.submission = submission
     wanted = [s for s in STAGES if stages is None or s.name in stages]
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]

@@ -4,6 +4,7 @@ import os
 import re
 from pathlib import Path
 
+from .diagnosis import CATALOGUE
 from .grade import Results, StageResult
 from .registry import STAGE, STAGES
 
@@ -34,6 +35,12 @@ def rel(path: Path) -> str:
         return str(path)
 
 
+def blocked_note(sr: StageResult, res: Results) -> str:
+    """'by softmax (softmax-no-exp)': the blocking stage and what it was diagnosed with."""
+    ids = res.stages[sr.blocked_by].diagnoses if sr.blocked_by in res.stages else []
+    return f"by {sr.blocked_by}" + (f" ({', '.join(ids)})" if ids else "")
+
+
 def next_step(res: Results) -> str:
     for s in STAGES:
         sr = res.stages.get(s.name)
@@ -41,7 +48,7 @@ def next_step(res: Results) -> str:
             continue
         head = f"stage {s.number} ({s.name})"
         if sr.status == "blocked":
-            return f"{head} is blocked by {sr.blocked_by}: fix {sr.blocked_by} first (see above)."
+            return f"{head} is blocked {blocked_note(sr, res)}: fix {sr.blocked_by} first (see above)."
         stub = first_stub(res.submission, s.name)
         if sr.status == "not_started":
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
@@ -53,7 +60,10 @@ def next_step(res: Results) -> str:
             where = f"{rel(stub[0])}:{stub[1]}"
         else:
             where = rel(res.submission / s.files[0])
-        return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}."
+        if sr.diagnoses:
+            m = CATALOGUE[sr.diagnoses[0]]
+            return f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+        return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
     return "every stage passes. Run `make submit` to package your work."
 
 
@@ -68,24 +78,27 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
-        status = STATUS_WORD[sr.status] + (f" by {sr.blocked_by}" if sr.blocked_by else "")
+        status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
         n_pass = sum(r.passed for r in sr.checks)
         pts = f"{_num(sr.score)}/{_num(sr.max_score)}"
         lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
                      f"  ({n_pass}/{len(sr.checks)} checks)")
     lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
     for sr in res.stages.values():
-        lines.extend(_failures(sr, verbose, c))
+        lines.extend(_failures(sr, res, verbose, c))
     lines += ["", c("1", "Next step: ") + next_step(res)]
     return "\n".join(lines)
 
 
-def _failures(sr: StageResult, verbose: bool, c) -> list[str]:
+def _failures(sr: StageResult, res: Results, verbose: bool, c) -> list[str]:
     if sr.status in ("passed",) or (sr.status == "not_started" and not verbose):
         return []
-    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (f" by {sr.blocked_by}" if sr.blocked_by else ""))]
+    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
+    for d in sr.diagnoses:
+        m = CATALOGUE[d]
+        out.append(f"  {c('1', 'Diagnosis ' + m.id)}: {m.explanation}. Reread {m.reread}.")
     shown = 0
-    for r in sr.checks:
+    for r in sorted(sr.checks, key=lambda r: r.diagnosis is None):
         if r.passed:
             continue
         if r.not_run and not verbose and shown:

@@ -41,7 +41,8 @@ def pair_exp(api, s) -> np.ndarray:
     """exp(s) read off a softmax alone: softmax([s, 0]) = [e^s, 1] / (e^s + 1), so e^s is their ratio."""
     s = np.asarray(s, dtype=np.float64)
     w = np.asarray(api.softmax(np.stack([s, np.zeros_like(s)], axis=-1), axis=-1), dtype=np.float64)
-    return w[..., 0] / w[..., 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return w[..., 0] / w[..., 1]
 
 
 def module_weights():

@@ -109,3 +109,23 @@ def test_cli_unknown_stage():
     p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "nope"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "unknown stage nope" in p.stderr
+
+
+def test_hints_climb_one_rung_per_call(tmp_path):
+    from autograder.hints import HINTS, next_hint
+
+    sub = tmp_path / "exercises"
+    sub.mkdir()
+    for f in (ROOT / "exercises").glob("*.py"):
+        (sub / f.name).write_text(f.read_text())
+    first = next_hint(sub)
+    assert first.startswith("Hint 1/3 for stage 1 (softmax)")
+    assert next_hint(sub).startswith("Hint 2/3 for stage 1 (softmax)")
+    assert next_hint(sub, "kv_cache").startswith("Hint 1/3 for stage 7 (kv_cache)")
+    # finishing softmax moves the default to the next stage with a stub
+    (sub / "softmax.py").write_text((SOLUTIONS / "softmax.py").read_text())
+    assert "stage 2 (dot_products)" in next_hint(sub)
+    for ladder in HINTS.values():  # hints never contain solution lines
+        for line in (SOLUTIONS / "softmax.py").read_text().splitlines():
+            if "np." in line:
+                assert all(line.strip() not in h for h in ladder)

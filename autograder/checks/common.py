@@ -9,8 +9,11 @@ def randn(rng: np.random.Generator, *shape, dtype=np.float64, scale: float = 1.0
     return (rng.standard_normal(shape) * scale).astype(dtype)
 
 
-def expect_value_error(call, what: str) -> None:
-    """Pass if `call()` raises ValueError in the student's code; a stub's NotImplementedError passes through."""
+def expect_value_error(call, what: str, returned_ok: bool = True):
+    """Pass (None) if `call()` raises ValueError; a stub's NotImplementedError passes through.
+
+    If the call returns instead, the value is handed back when `returned_ok`, else that fails.
+    """
     from ..compare import Fail
     from ..sandbox import StudentError
 
@@ -22,4 +25,6 @@ def expect_value_error(call, what: str) -> None:
         if e.info["type"] == "NotImplementedError":
             raise
         raise Fail(f"{what} raised {e.info['type']}: {e.info['message']}; expected ValueError") from None
+    if returned_ok:
+        return got
     raise Fail(f"{what} returned {np.asarray(got).tolist()} instead of raising ValueError")

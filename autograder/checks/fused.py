@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..compare import Fail, check_close
+from ..diagnosis import diagnosed
 from ..registry import check
 from .common import randn, shape_str
 from .heads import module_weights
@@ -32,7 +33,8 @@ def bottom_right_when_lengths_differ(api, ctx):
         q, k, v = _qkv(rng, 1, 2, T_q, T_k, 4)
         r = api.fused_probe(q, k, v, True)
         check_close(r["out"], ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}",
-                    inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+                    inputs=f"q {shape_str(q)}, k {shape_str(k)}",
+                    mistakes={"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
 
 
 @check(S, 2, "property", "public")
@@ -40,11 +42,16 @@ def one_sdpa_call(api, ctx):
     """makes exactly one F.scaled_dot_product_attention call, with is_causal and no mask when T_q = T_k"""
     q, k, v = _qkv(ctx.rng("fused-spy"), 1, 2, 5, 5, 4)
     calls = api.fused_probe(q, k, v, True)["calls"]
+    if not calls:
+        raise diagnosed("fused-not-fused", "fused_attention never called F.scaled_dot_product_attention")
     if len(calls) != 1:
         raise Fail(f"fused_attention made {len(calls)} calls of F.scaled_dot_product_attention; expected exactly one "
                    "(compute the whole attention in that call)")
     c = calls[0]
-    if c["attn_mask"] is not None or not c["is_causal"]:
+    if c["attn_mask"] is not None:
+        raise diagnosed("fused-materialized-mask", f"with T_q = T_k = 5 the call got a mask of shape {c['attn_mask']}; "
+                        "pass is_causal=True and no mask, so no T x T mask is built")
+    if not c["is_causal"]:
         raise Fail(f"with T_q = T_k = 5 the call got attn_mask of shape {c['attn_mask']} and is_causal={c['is_causal']}; "
                    "pass is_causal=True and no mask, so no T x T mask is built")
 
@@ -55,9 +62,10 @@ def no_dropout_in_eval(api, ctx):
     q, k, v = _qkv(ctx.rng("fused-eval"), 1, 2, 6, 6, 4)
     plain = api.fused_probe(q, k, v, True, 0.0, False)["out"]
     r = api.fused_probe(q, k, v, True, 0.5, False)
-    check_close(r["out"], plain, "fused_attention(dropout_p=0.5, training=False) against dropout_p=0")
     if any(c["dropout_p"] != 0.0 for c in r["calls"]):
-        raise Fail(f"in eval mode the call still got dropout_p={r['calls'][0]['dropout_p']}; pass 0.0 unless training")
+        raise diagnosed("fused-dropout-in-eval", f"with training=False the call still got "
+                        f"dropout_p={r['calls'][0]['dropout_p']}")
+    check_close(r["out"], plain, "fused_attention(dropout_p=0.5, training=False) against dropout_p=0")
 
 
 @check(S, 1, "property", "public")
@@ -82,7 +90,7 @@ def module_fused_path(api, ctx):
     check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, 2), "CausalSelfAttention(fused=True) forward",
                 inputs=shape_str(x))
     if not r["calls"]:
-        raise Fail("CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
+        raise diagnosed("fused-not-fused", "CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
 
 
 @check(S, 2.5, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
@@ -92,5 +100,7 @@ def no_quadratic_memory(api, ctx):
     r = api.fused_peak_memory(T, timeout=60)
     peak, tt = r["peak_bytes"], r["tt_bytes"]
     if peak > tt / 4:
-        raise Fail(f"one causal call at T={T} raised peak memory by {peak / 2**20:.0f} MiB; a T x T float32 matrix is "
-                   f"{tt / 2**20:.0f} MiB. Use is_causal=True instead of building a mask or the scores")
+        found = "fused-not-fused" if not r["calls"] else "fused-materialized-mask" if r["calls"][0]["attn_mask"] else None
+        raise diagnosed(found, f"one causal call at T={T} raised peak memory by {peak / 2**20:.0f} MiB; a T x T "
+                        f"float32 matrix is {tt / 2**20:.0f} MiB. Use is_causal=True instead of building a mask "
+                        "or the scores")

@@ -15,7 +15,7 @@ def split_heads_reference(api, ctx):
     for shape, h in [((5, 6), 2), ((2, 4, 8), 4), ((1, 3), 3), ((2, 3, 2, 8), 2)]:
         x = randn(rng, *shape)
         check_close(api.split_heads(x, h), ctx.ref.split_heads(x, h), f"split_heads(x, n_heads={h})",
-                    inputs=shape_str(x))
+                    inputs=shape_str(x), mistakes={"heads-wrong-split": ctx.mistakes.split_wrong(x, h)})
 
 
 @check(S, 1.5, "reference")
@@ -24,7 +24,8 @@ def merge_heads_inverse(api, ctx):
     rng = ctx.rng("merge")
     for shape in [(2, 5, 3), (3, 4, 2, 2)]:
         x = randn(rng, *shape)
-        check_close(api.merge_heads(x), ctx.ref.merge_heads(x), "merge_heads(x)", inputs=shape_str(x))
+        check_close(api.merge_heads(x), ctx.ref.merge_heads(x), "merge_heads(x)", inputs=shape_str(x),
+                    mistakes={"heads-no-merge-transpose": ctx.mistakes.merge_no_transpose(x)})
     x = randn(rng, 2, 5, 8)
     check_close(api.merge_heads(api.split_heads(x, 4)), x, "merge_heads(split_heads(x, 4)) against x",
                 inputs=shape_str(x))
@@ -43,7 +44,8 @@ def mha_reference(api, ctx):
         x = randn(rng, *lead, n, d_model, dtype=dt)
         w = _weights(rng, d_model, dt)
         check_close(api.multi_head_attention(x, *w, h, causal), ctx.ref.multi_head_attention(x, *w, h, causal),
-                    f"multi_head_attention(n_heads={h}, causal={causal})", inputs=shape_str(x))
+                    f"multi_head_attention(n_heads={h}, causal={causal})", inputs=shape_str(x),
+                    mistakes=ctx.mistakes.mha_variants(x, *w, h, causal))
 
 
 @check(S, 1, "property", "public")
@@ -100,7 +102,8 @@ def module_reference(api, ctx):
         x = randn(rng, B, T, C, dtype=np.float32)
         qkv_w, out_w = module_weights(rng, C)
         check_close(api.module_forward(x, qkv_w, out_w, H), ctx.ref.module_forward(x, qkv_w, out_w, H),
-                    f"CausalSelfAttention(d_model={C}, n_heads={H}) forward", inputs=shape_str(x))
+                    f"CausalSelfAttention(d_model={C}, n_heads={H}) forward", inputs=shape_str(x),
+                    mistakes=ctx.mistakes.module_variants(x, qkv_w, out_w, H))
 
 
 @check(S, 1.5, "property", "public", cite="Article B, 'Causal attention'")

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..compare import Fail, check_close
+from ..diagnosis import diagnosed
 from ..registry import check
 from .common import expect_value_error, randn, shape_str
 
@@ -12,6 +13,17 @@ def _pair(got, what: str):
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Fail(f"{what} should return (out, weights); got {type(got).__name__}")
     return got
+
+
+def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
+    """Output first, then weights, each against the reference and the known mistakes."""
+    out, w = _pair(api.attention(q, k, v, allowed), "attention")
+    ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
+    variants = ctx.mistakes.attention_variants(q, k, v, allowed)
+    check_close(out, ref_out, "attention output", inputs=inputs,
+                mistakes={m: [o for o, _ in pairs] for m, pairs in variants.items()})
+    check_close(w, ref_w, "attention weights", inputs=inputs,
+                mistakes={m: [x for _, x in pairs] for m, pairs in variants.items()})
 
 
 @check(S, 2, "reference", "public", cite="Article B, 'Causal attention'")
@@ -26,9 +38,12 @@ def causal_mask_reference(api, ctx):
             raise Fail(f"causal_mask{args} has shape {got.shape}, expected {want.shape}")
         if not np.array_equal(got, want):
             i, j = np.argwhere(got != want)[0]
-            raise Fail(f"causal_mask{args}: query {i} {'may' if got[i, j] else 'may not'} see key {j}, "
-                       f"but it {'may' if want[i, j] else 'may not'} (query i sees keys j <= n_k - n_q + i)."
-                       f"\nexpected:\n{want.astype(int)}\ngot:\n{got.astype(int)}")
+            found = [m for m, masks in ctx.mistakes.mask_variants(*args).items()
+                     if any(np.array_equal(got, x) for x in masks)]
+            raise diagnosed(found[0] if found else None,
+                            f"causal_mask{args}: query {i} {'may' if got[i, j] else 'may not'} see key {j}, "
+                            f"but it {'may' if want[i, j] else 'may not'} (query i sees keys j <= n_k - n_q + i)."
+                            f"\nexpected:\n{want.astype(int)}\ngot:\n{got.astype(int)}")
 
 
 @check(S, 1, "reference")
@@ -39,15 +54,20 @@ def apply_mask_reference(api, ctx):
     allowed = rng.random((4, 5)) < 0.6
     allowed[:, 0] = True
     got = np.asarray(api.apply_mask(s, allowed), dtype=float)
-    check_close(got, ctx.ref.apply_mask(s, allowed), "apply_mask(scores, allowed)",
-                inputs=f"scores {shape_str(s)}, allowed [4, 5] broadcast over the batch")
+    want = ctx.ref.apply_mask(s, allowed)
+    if got.shape == want.shape:  # a huge negative number (e.g. -1e30) works as well as -inf
+        got = np.where(~np.broadcast_to(allowed, got.shape) & (got <= -1e9), -np.inf, got)
+    check_close(got, want, "apply_mask(scores, allowed)",
+                inputs=f"scores {shape_str(s)}, allowed [4, 5] broadcast over the batch",
+                mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0)})
 
 
 @check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
-    expect_value_error(lambda: api.apply_mask(np.zeros((2, 2)), allowed), "apply_mask with a row of no allowed key")
+    expect_value_error(lambda: api.apply_mask(np.zeros((2, 2)), allowed), "apply_mask with a row of no allowed key",
+                       returned_ok=False)
 
 
 @check(S, 2, "reference")
@@ -60,11 +80,7 @@ def attention_reference(api, ctx):
         q, k, v = randn(rng, *lead, n_q, d_k, dtype=dt), randn(rng, *lead, n_k, d_k, dtype=dt), randn(rng, *lead, n_k, d_v, dtype=dt)
         allowed = rng.random((n_q, n_k)) < 0.5
         allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
-        out, w = _pair(api.attention(q, k, v, allowed), "attention")
-        ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
-        inputs = f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask"
-        check_close(w, ref_w, "attention weights", inputs=inputs)
-        check_close(out, ref_out, "attention output", inputs=inputs)
+        _attention_case(api, ctx, q, k, v, allowed, f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask")
 
 
 @check(S, 1, "reference")
@@ -72,10 +88,7 @@ def attention_no_mask(api, ctx):
     """allowed=None lets every query see every key"""
     rng = ctx.rng("attn-none")
     q, k, v = randn(rng, 3, 4), randn(rng, 5, 4), randn(rng, 5, 2)
-    out, w = _pair(api.attention(q, k, v), "attention")
-    ref_out, ref_w = ctx.ref.attention(q, k, v)
-    check_close(w, ref_w, "attention weights with allowed=None", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
-    check_close(out, ref_out, "attention output with allowed=None", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+    _attention_case(api, ctx, q, k, v, None, f"q {shape_str(q)}, k {shape_str(k)}, allowed=None")
 
 
 @check(S, 1, "reference")
@@ -84,10 +97,7 @@ def attention_large_scores(api, ctx):
     rng = ctx.rng("attn-large")
     q, k, v = randn(rng, 4, 4, scale=70.0), randn(rng, 4, 4, scale=70.0), randn(rng, 4, 3)
     allowed = ctx.ref.causal_mask(4)
-    out, w = _pair(api.attention(q, k, v, allowed), "attention")
-    ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
-    check_close(w, ref_w, "attention weights with scores near +-1e4", inputs="q, k [4, 4] x 70")
-    check_close(out, ref_out, "attention output with scores near +-1e4", inputs="q, k [4, 4] x 70")
+    _attention_case(api, ctx, q, k, v, allowed, "q, k [4, 4] x 70: scores near +-1e4, causal")
 
 
 @check(S, 1, "property", "public", cite="Article B, 'Causal attention'")

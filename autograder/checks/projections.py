@@ -12,8 +12,11 @@ def _compare(api, ctx, x, w_q, w_k, w_v):
     got = api.project_qkv(x, w_q, w_k, w_v)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Fail(f"project_qkv should return (q, k, v); got {type(got).__name__}")
-    for name, g, e in zip("qkv", got, ctx.ref.project_qkv(x, w_q, w_k, w_v)):
-        check_close(g, e, f"{name} from project_qkv", inputs=f"x {shape_str(x)}, w_{name} {list(e.shape[-1:])}")
+    want = ctx.ref.project_qkv(x, w_q, w_k, w_v)
+    swapped = {"q": {"qk-swapped": want[1]}, "k": {"qk-swapped": want[0]}, "v": None}
+    for name, g, e in zip("qkv", got, want):
+        check_close(g, e, f"{name} from project_qkv", inputs=f"x {shape_str(x)}, w_{name} {list(e.shape[-1:])}",
+                    mistakes=swapped[name])
 
 
 @check(S, 2, "reference")

@@ -16,7 +16,7 @@ def reference(api, ctx):
                               (5, 2, 64, np.float32)]:
         q, k = randn(rng, n_q, d_k, dtype=dt), randn(rng, n_k, d_k, dtype=dt)
         check_close(api.scaled_scores(q, k), ctx.ref.scaled_scores(q, k), "scaled_scores(q, k)",
-                    inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+                    inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=ctx.mistakes.scaling_variants(q, k))
 
 
 @check(S, 1, "reference")
@@ -25,7 +25,7 @@ def reference_batch(api, ctx):
     rng = ctx.rng("scaled-batch")
     q, k = randn(rng, 2, 3, 4, 8), randn(rng, 2, 3, 6, 8)
     check_close(api.scaled_scores(q, k), ctx.ref.scaled_scores(q, k), "scaled_scores(q, k)",
-                inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+                inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=ctx.mistakes.scaling_variants(q, k))
 
 
 @check(S, 1, "property", "public", cite="Article A, 'Why divide by the square root?'")

@@ -1,0 +1,167 @@
+"""The known mistakes, implemented on purpose (float64), so a wrong answer can be named on evidence.
+
+Each function computes what a submission with that one mistake returns. The grader
+names a mistake only when the student's output matches it and not the correct one.
+"""
+import numpy as np
+
+from . import core
+
+F64 = np.float64
+
+
+# -- softmax ------------------------------------------------------------------------------------
+def softmax_unstable(s, axis=-1):
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(np.asarray(s, dtype=F64))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_no_exp(s, axis=-1):
+    s = np.asarray(s, dtype=F64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return s / s.sum(axis=axis, keepdims=True)
+
+
+def softmax_other_axes(s, axis=-1):
+    """Softmax along every axis but the requested one."""
+    s = np.asarray(s, dtype=F64)
+    want = axis % s.ndim
+    return [core.softmax(s, axis=a) for a in range(s.ndim) if a != want]
+
+
+# -- scores and scaling -------------------------------------------------------------------------
+def scores_with_divisor(q, k, divisor):
+    return core.scaled_scores(q, k) * np.sqrt(np.asarray(q).shape[-1]) / divisor
+
+
+def scaling_variants(q, k):
+    """id -> scores, for the scaling mistakes that q and k alone can show."""
+    d_k, n_q, n_k = np.shape(q)[-1], np.shape(q)[-2], np.shape(k)[-2]
+    out = {"scale-missing": scores_with_divisor(q, k, 1.0), "scale-by-dk": scores_with_divisor(q, k, d_k)}
+    wrong = sorted({n_q, n_k} - {d_k})
+    if wrong:
+        out["scale-wrong-dim"] = [scores_with_divisor(q, k, np.sqrt(n)) for n in wrong]
+    return out
+
+
+# -- masks --------------------------------------------------------------------------------------
+def mask_variants(n_q, n_k=None):
+    """id -> the mask each causal-mask mistake builds (bool [n_q, n_k], True = may attend)."""
+    n_k = n_q if n_k is None else n_k
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    off = n_k - n_q
+    out = {"mask-future-visible": [j >= i + off, j >= i], "mask-excludes-self": [j < i + off, j < i]}
+    if off:
+        out["mask-top-left"] = [j <= i]
+    return out
+
+
+def attention_with(q, k, v, allowed=None, divisor=None, how="neginf"):
+    """Attention with one step done wrong. how: neginf (correct) | zero | after | linear."""
+    q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
+    s = core.scaled_scores(q, k)
+    if divisor is not None:
+        s = s * np.sqrt(q.shape[-1]) / divisor
+    if how == "linear":
+        return s @ v, s
+    if allowed is None:
+        w = core.softmax(s)
+    else:
+        allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), s.shape)
+        if how == "zero":
+            w = core.softmax(np.where(allowed, s, 0.0))
+        elif how == "after":
+            w = core.softmax(s) * allowed
+        else:
+            w = core.softmax(np.where(allowed, s, -np.inf))
+    return w @ v, w
+
+
+def attention_variants(q, k, v, allowed=None):
+    """id -> list of (out, weights), one per way of making that single-head attention mistake."""
+    d_k, d_v, n_k = np.shape(q)[-1], np.shape(v)[-1], np.shape(k)[-2]
+    out = {"scale-missing": [attention_with(q, k, v, allowed, divisor=1.0)],
+           "scale-by-dk": [attention_with(q, k, v, allowed, divisor=d_k)],
+           "linear-attention": [attention_with(q, k, v, None, how="linear")]}
+    wrong = sorted({d_v, n_k} - {d_k})
+    if wrong:
+        out["scale-wrong-dim"] = [attention_with(q, k, v, allowed, divisor=np.sqrt(n)) for n in wrong]
+    if allowed is not None and not np.all(allowed):
+        out["mask-zero-not-neginf"] = [attention_with(q, k, v, allowed, how="zero")]
+        out["mask-after-softmax"] = [attention_with(q, k, v, allowed, how="after")]
+    return out
+
+
+# -- heads --------------------------------------------------------------------------------------
+def split_wrong(x, n_heads):
+    """A plain reshape to [..., n_heads, n, d_head]: mixes positions and features."""
+    x = np.asarray(x, dtype=F64)
+    *lead, n, d = x.shape
+    return x.reshape(*lead, n_heads, n, d // n_heads)
+
+
+def merge_no_transpose(x):
+    x = np.asarray(x, dtype=F64)
+    *lead, h, n, d = x.shape
+    return x.reshape(*lead, n, h * d)
+
+
+def mha_with(x, w_q, w_k, w_v, w_o, n_heads, causal=True, split=None, merge=None, divisor=None, use_wo=True):
+    x = np.asarray(x, dtype=F64)
+    split = split or core.split_heads
+    merge = merge or core.merge_heads
+    n = x.shape[-2]
+    q, k, v = (split(t, n_heads) for t in core.project_qkv(x, w_q, w_k, w_v))
+    allowed = core.causal_allowed(n) if causal else None
+    out, _ = attention_with(q, k, v, allowed, divisor=divisor)
+    y = merge(out)
+    return y @ np.asarray(w_o, dtype=F64) if use_wo else y
+
+
+def mha_variants(x, w_q, w_k, w_v, w_o, n_heads, causal=True):
+    d_model = np.shape(x)[-1]
+    args = (x, w_q, w_k, w_v, w_o, n_heads, causal)
+    out = {"heads-wrong-split": [mha_with(*args, split=split_wrong),
+                                 mha_with(*args, split=split_wrong, merge=merge_no_transpose)],
+           "heads-no-merge-transpose": mha_with(*args, merge=merge_no_transpose),
+           "heads-no-output-projection": mha_with(*args, use_wo=False)}
+    if n_heads > 1:
+        out["heads-scale-dmodel"] = mha_with(*args, divisor=np.sqrt(d_model))
+    return out
+
+
+def module_variants(x, qkv_weight, out_weight, n_heads):
+    """The head mistakes for CausalSelfAttention, through its nn.Linear weight layout."""
+    C = np.shape(x)[-1]
+    w = np.asarray(qkv_weight, dtype=F64).T
+    return mha_variants(x, w[:, :C], w[:, C:2 * C], w[:, 2 * C:], np.asarray(out_weight, dtype=F64).T, n_heads)
+
+
+# -- KV cache -----------------------------------------------------------------------------------
+def decode_variants(x, qkv_weight, out_weight, n_heads, chunks):
+    """id -> outputs of chunked decoding with a cache mistake; NaN marks positions with no evidence."""
+    x = np.asarray(x, dtype=F64)
+    B, T, C = x.shape
+    w = np.asarray(qkv_weight, dtype=F64).T
+    q, k, v = (core.split_heads(t, n_heads) for t in core.project_qkv(x, w[:, :C], w[:, C:2 * C], w[:, 2 * C:]))
+    wo = np.asarray(out_weight, dtype=F64).T
+    top_left, before = np.full((B, T, C), np.nan), np.full((B, T, C), np.nan)
+    start = 0
+    for t in chunks:
+        end = start + t
+        qc = q[..., start:end, :]
+        i, j = np.arange(t)[:, None], np.arange(end)[None, :]
+        out, _ = core.attention(qc, k[..., :end, :], v[..., :end, :], j <= i)  # is_causal aligned top-left
+        top_left[:, start:end] = core.merge_heads(out) @ wo
+        if start > 0:  # attends to the cache before this chunk is appended: only earlier tokens
+            out, _ = core.attention(qc, k[..., :start, :], v[..., :start, :])
+            before[:, start:end] = core.merge_heads(out) @ wo
+        start = end
+    return {"cache-top-left-causal": top_left, "cache-missing-new-token": before}
+
+
+# -- fused --------------------------------------------------------------------------------------
+def fused_top_left(q, k, v):
+    T_q, T_k = np.shape(q)[-2], np.shape(k)[-2]
+    return core.attention(q, k, v, np.arange(T_k)[None, :] <= np.arange(T_q)[:, None])[0]

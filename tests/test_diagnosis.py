@@ -1,0 +1,138 @@
+"""Every catalogued mistake is caught and named, and correct-but-different code keeps full marks.
+
+Each submission is a copy of the solutions with one change (conftest.variant).
+"""
+import pytest
+from conftest import grade, variant
+
+from autograder.diagnosis import CATALOGUE
+from autograder.report import terminal
+
+SM_EXP = "    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n"
+SM_RAISE = "    if np.any(np.isneginf(top)):\n"
+SCALE = "    return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)"
+MASK = "    return j <= i + (n_k - n_q)  # [n_q, n_k]"
+SPLIT = ("    x = x.reshape(*lead, n, n_heads, d_head)  # [..., n, n_heads, d_head]\n"
+         "    return np.swapaxes(x, -3, -2)  # [..., n_heads, n, d_head]")
+ATTEND_SCALE = "scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5"
+FUSED_IS_CAUSAL = ("    if T_q == T_k:\n"
+                   "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n")
+APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+
+NUMPY = ["softmax", "dot_products", "projections", "scaling", "masking"]
+
+MUTANTS = {
+    "softmax-unstable": ({"softmax.py": [(SM_EXP, "    e = np.exp(scores)\n")]}, ["softmax"]),
+    "softmax-wrong-axis": ({"softmax.py": [("    scores = np.asarray(scores)\n",
+                                            "    scores = np.asarray(scores)\n    axis = 0\n")]}, ["softmax"]),
+    "softmax-no-exp": ({"softmax.py": [(SM_EXP, "    e = scores\n")]}, ["softmax"]),
+    "softmax-fully-masked-silent": ({"softmax.py": [(SM_RAISE, "    if False:\n")]}, ["softmax"]),
+    "scale-missing": ({"scaling.py": [(SCALE, "    return q @ np.swapaxes(k, -1, -2)")]}, ["scaling", "masking"]),
+    "scale-by-dk": ({"scaling.py": [(SCALE, "    return (q @ np.swapaxes(k, -1, -2)) / d_k")]}, ["scaling", "masking"]),
+    "scale-wrong-dim": ({"scaling.py": [("    d_k = q.shape[-1]\n", "    d_k = k.shape[-2]\n")]}, ["scaling", "masking"]),
+    "mask-zero-not-neginf": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
+                                              "return np.where(allowed, scores, 0.0)")]}, ["masking"]),
+    "mask-after-softmax": ({"masking.py": [(
+        "    if allowed is not None:\n        scores = apply_mask(scores, allowed)\n"
+        "    weights = softmax(scores, axis=-1)  # [..., n_q, n_k]\n",
+        "    weights = softmax(scores, axis=-1)\n    if allowed is not None:\n        weights = weights * allowed\n")]},
+        ["masking"]),
+    "mask-future-visible": ({"masking.py": [(MASK, "    return j >= i + (n_k - n_q)")]}, ["masking"]),
+    "mask-excludes-self": ({"masking.py": [(MASK, "    return j < i + (n_k - n_q)")]}, ["masking"]),
+    "mask-top-left": ({"masking.py": [(MASK, "    return j <= i")]}, ["masking"]),
+    "linear-attention": ({"masking.py": [(
+        "    return weights @ v, weights  #",
+        "    return q @ (np.swapaxes(k, -1, -2) @ v) / np.sqrt(q.shape[-1]), weights  #")]}, ["masking"]),
+    "qk-swapped": ({"projections.py": [("q = x @ w_q", "q = x @ w_k"), ("k = x @ w_k", "k = x @ w_q")]},
+                   ["projections"]),
+    "heads-wrong-split": ({"heads.py": [(SPLIT, "    return x.reshape(*lead, n_heads, n, d_head)")]}, ["heads"]),
+    "heads-no-merge-transpose": ({"heads.py": [("    x = np.swapaxes(x, -3, -2)  # [..., n, n_heads, d_head]\n", "")]},
+                                 ["heads"]),
+    "heads-no-output-projection": ({"heads.py": [("return merge_heads(out) @ w_o", "return merge_heads(out)")]},
+                                   ["heads"]),
+    "heads-scale-dmodel": ({"module.py": [(ATTEND_SCALE,
+                                           "scores = q @ k.transpose(-2, -1) / (k.shape[-1] * self.n_heads) ** 0.5")]},
+                           ["heads"]),
+    "cache-top-left-causal": ({"module.py": [(".tril(diagonal=T_k - T)", ".tril(diagonal=0)")]}, ["kv_cache"]),
+    "cache-missing-new-token": ({"module.py": [(APPEND, (
+        "            k_new, v_new = k, v\n"
+        "            k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]\n"
+        "            cache.append(k_new, v_new)\n"))]}, ["kv_cache"]),
+    "cache-quadratic-step": ({"module.py": [
+        (APPEND, APPEND + "            q = torch.cat([q.new_zeros(B, self.n_heads, k.shape[-2] - T, q.shape[-1]), q], -2)\n"),
+        ("y = self.attend(q, k, v)  #", "y = self.attend(q, k, v)[..., -T:, :]  #")]}, ["kv_cache"]),
+    "fused-materialized-mask": ({"fused.py": [(FUSED_IS_CAUSAL, "")]}, ["fused"]),
+    "fused-dropout-in-eval": ({"fused.py": [("p = dropout_p if training else 0.0", "p = dropout_p")]}, ["fused"]),
+    "fused-top-left": ({"fused.py": [(FUSED_IS_CAUSAL,
+                                      "    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n")]},
+                       ["fused"]),
+    "fused-not-fused": ({"fused.py": [("    T_q, T_k = q.shape[-2], k.shape[-2]\n", (
+        "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
+        "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "    if causal:\n"
+        "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
+        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+        "    w = scores.softmax(-1)\n"
+        "    if training and dropout_p:\n"
+        "        w = F.dropout(w, dropout_p)\n"
+        "    return w @ v\n"))]}, ["fused"]),
+}
+
+
+def test_every_catalogue_id_has_a_mutant():
+    assert set(MUTANTS) == set(CATALOGUE)
+
+
+def named(res) -> set[str]:
+    return {r.diagnosis for s in res.stages.values() for r in s.checks if r.diagnosis}
+
+
+@pytest.mark.parametrize("mistake", sorted(MUTANTS))
+def test_mistake_is_caught_and_named(tmp_path, mistake):
+    edits, stages = MUTANTS[mistake]
+    res = grade(variant(tmp_path, edits), stages=stages)
+    home = CATALOGUE[mistake].stage if CATALOGUE[mistake].stage in stages else stages[0]
+    assert res.stages[stages[0]].score < res.stages[stages[0]].max_score, f"{stages[0]} lost no points"
+    assert named(res) == {mistake}, (named(res), [(r.check.id, r.message[:200]) for s in res.stages.values()
+                                                  for r in s.checks if not r.passed])
+    assert res.stages[home].status == "failed"
+    assert mistake in terminal(res)
+
+
+CORRECT_BUT_DIFFERENT = {
+    "mask -1e30 instead of -inf": {"masking.py": [("return np.where(allowed, scores, -np.inf)",
+                                                    "return np.where(allowed, scores, -1e30)")]},
+    "einsum instead of @": {"scores.py": [("return x @ x.T  #", 'return np.einsum("id,jd->ij", x, x)  #')],
+                            "scaling.py": [(SCALE, '    return np.einsum("...id,...jd->...ij", q, k) / np.sqrt(d_k)')]},
+    "log-sum-exp softmax": {"softmax.py": [(SM_EXP + "    return e / np.sum(e, axis=axis, keepdims=True)\n",
+                                            "    lse = top + np.log(np.sum(np.exp(scores - top), axis=axis, keepdims=True))\n"
+                                            "    return np.exp(scores - lse)\n")]},
+    "float32 softmax": {"softmax.py": [("    scores = np.asarray(scores)\n",
+                                        "    scores = np.asarray(scores, dtype=np.float32)\n")]},
+    "sdpa imported by name": {"fused.py": [("import torch.nn.functional as F\n",
+                                            "import torch.nn.functional as F\n"
+                                            "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"),
+                                           ("return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)",
+                                            "return sdpa(q, k, v, dropout_p=p, is_causal=True)")]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_BUT_DIFFERENT))
+def test_no_false_alarm(tmp_path, name):
+    edits = CORRECT_BUT_DIFFERENT[name]
+    stages = NUMPY if "fused.py" not in edits else ["fused"]
+    res = grade(variant(tmp_path, edits), stages=stages)
+    assert res.score == res.max_score, [(r.check.id, r.message[:300]) for s in res.stages.values()
+                                        for r in s.checks if not r.passed]
+    assert not named(res)
+
+
+def test_blocked_stage_names_the_earlier_diagnosis(tmp_path):
+    res = grade(variant(tmp_path, MUTANTS["softmax-no-exp"][0]), stages=["softmax", "dot_products"])
+    assert res.stages["dot_products"].status == "blocked" and res.stages["dot_products"].blocked_by == "softmax"
+    assert "blocked by softmax (softmax-no-exp)" in terminal(res)
+
+
+def test_unmatched_failure_claims_no_diagnosis(tmp_path):
+    res = grade(variant(tmp_path, {"scaling.py": [(SCALE, SCALE + " * 1.3")]}), stages=["scaling"])
+    assert res.stages["scaling"].score < 10 and not named(res)
