@@ -13,6 +13,7 @@ from pathlib import Path
 from . import checks  # noqa: F401  (registers every check)
 from .api import Context, StudentAPI
 from .compare import Fail
+from .diagnosis import CATALOGUE
 from .registry import CHECKS, STAGE, STAGES, Check, stage_of_file
 from .sandbox import StudentAborted, StudentError, Worker
 
@@ -142,7 +143,10 @@ def decide_status(sr: StageResult, done: dict[str, StageResult]) -> None:
         return
     unfinished = {n for n, s in done.items() if s.status != "passed"}
     others = [r.origin for r in fails if r.origin and r.origin != sr.stage and r.origin in unfinished]
-    if not others and all(r.error is None and not r.not_run for r in fails):
+    named = {CATALOGUE[r.diagnosis].stage for r in fails if r.diagnosis}
+    if not others and named and sr.stage not in named:  # the evidence names an earlier stage's mistake
+        others = [s for s in named if s in unfinished]
+    if not others and not named and all(r.error is None and not r.not_run for r in fails):
         others = [d for d in STAGE[sr.stage].calls if d in unfinished]  # wrong numbers, and a stage it uses is wrong
     if others:
         sr.status = "blocked"

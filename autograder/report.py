@@ -29,10 +29,25 @@ def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
 
 
 def rel(path: Path) -> str:
+    """Relative to the working directory when inside it, else absolute."""
     try:
-        return os.path.relpath(path)
+        r = os.path.relpath(path)
     except ValueError:
         return str(path)
+    return str(path) if r.startswith("..") else r
+
+
+def def_line(submission: Path, where: str) -> str:
+    """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def), or the file alone."""
+    name, func = where.split(":")
+    path = submission / name
+    try:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(rf"\s*def {func}\(", line):
+                return f"{rel(path)}:{i}"
+    except OSError:
+        pass
+    return rel(path)
 
 
 def blocked_note(sr: StageResult, res: Results) -> str:
@@ -62,6 +77,8 @@ def next_step(res: Results) -> str:
             where = rel(res.submission / s.files[0])
         if sr.diagnoses:
             m = CATALOGUE[sr.diagnoses[0]]
+            if not (first.error and first.error.get("file")) and m.where:
+                where = def_line(res.submission, m.where)
             return f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
     return "every stage passes. Run `make submit` to package your work."
@@ -108,7 +125,8 @@ def _failures(sr: StageResult, res: Results, verbose: bool, c) -> list[str]:
         cite = f" (reread {r.check.cite})" if r.check.cite and not r.passed else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
         for line in r.message.splitlines():
-            out.append(f"      {line}")
+            if not line.startswith("diagnosis "):  # already said once, above
+                out.append(f"      {line}")
         if shown >= 4 and not verbose:
             rest = sum(not x.passed for x in sr.checks) - shown
             if rest > 0:

@@ -136,3 +136,19 @@ def test_blocked_stage_names_the_earlier_diagnosis(tmp_path):
 def test_unmatched_failure_claims_no_diagnosis(tmp_path):
     res = grade(variant(tmp_path, {"scaling.py": [(SCALE, SCALE + " * 1.3")]}), stages=["scaling"])
     assert res.stages["scaling"].score < 10 and not named(res)
+
+
+def test_own_mistake_is_failed_not_blocked(tmp_path):
+    """masking has its own diagnosed mistake: it is 'failed', even though softmax (which it calls) fails too."""
+    edits = {"softmax.py": MUTANTS["softmax-unstable"][0]["softmax.py"],
+             "masking.py": MUTANTS["mask-top-left"][0]["masking.py"]}
+    res = grade(variant(tmp_path, edits), stages=["softmax", "scaling", "masking"])
+    assert res.stages["softmax"].diagnoses == ["softmax-unstable"]
+    assert res.stages["masking"].status == "failed" and res.stages["masking"].diagnoses == ["mask-top-left"]
+
+
+def test_earlier_stage_mistake_seen_later_blocks(tmp_path):
+    """scale-missing shows in masking's attention too: masking is blocked by scaling, naming it."""
+    res = grade(variant(tmp_path, MUTANTS["scale-missing"][0]), stages=["softmax", "scaling", "masking"])
+    assert res.stages["masking"].status == "blocked" and res.stages["masking"].blocked_by == "scaling"
+    assert "blocked by scaling (scale-missing)" in terminal(res)
