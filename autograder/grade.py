@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import checks  # noqa: F401  (registers every check)
 from .api import Context, StudentAPI
 from .compare import Fail
@@ -106,7 +108,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path) -> li
             results.append(CheckResult(c, False, f"not run: {aborted}", not_run=True))
             continue
         try:
-            c.fn(api, ctx)
+            with np.errstate(all="ignore"):  # student values may be NaN or inf; the checks say so in words
+                c.fn(api, ctx)
             results.append(CheckResult(c, True))
         except Fail as f:
             results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis))
