@@ -41,11 +41,20 @@ class StudentAPI:
 
 
 class Context:
-    """What a check gets besides the API: seeded randomness and the reference."""
+    """What a check gets besides the API: seeded randomness, the reference and the known mistakes.
 
-    def __init__(self, seed: int, ref) -> None:
+    Public checks always draw from seed 0, so their expected values can ship as fixtures;
+    hidden checks draw from the grading seed.
+    """
+
+    def __init__(self, seed: int, ref, mistakes, submission) -> None:
         self.seed = seed
         self.ref = ref
+        self.mistakes = mistakes
+        self.submission = submission
+
+    def for_check(self, visibility: str) -> "Context":
+        return Context(0 if visibility == "public" else self.seed, self.ref, self.mistakes, self.submission)
 
     def rng(self, tag: str) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(tag.encode())])

@@ -36,9 +36,10 @@ def causal_mask_reference(api, ctx):
             raise Fail(f"causal_mask{args} has dtype {got.dtype}; expected bool (True = may attend)")
         if got.shape != want.shape:
             raise Fail(f"causal_mask{args} has shape {got.shape}, expected {want.shape}")
+        variants = ctx.mistakes.mask_variants(*args)
         if not np.array_equal(got, want):
             i, j = np.argwhere(got != want)[0]
-            found = [m for m, masks in ctx.mistakes.mask_variants(*args).items()
+            found = [m for m, masks in variants.items()
                      if any(np.array_equal(got, x) for x in masks)]
             raise diagnosed(found[0] if found else None,
                             f"causal_mask{args}: query {i} {'may' if got[i, j] else 'may not'} see key {j}, "
