@@ -186,7 +186,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     found: dict[str, list[CheckResult]] = {}
 
     def run_group(names: list[str], torch: bool) -> None:
-        worker = Worker(submission, timeout=timeout)
+        worker = Worker(submission, timeout=timeout, slot=int(torch))
         api = StudentAPI(worker)
         try:
             if torch:

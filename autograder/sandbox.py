@@ -6,22 +6,41 @@ the caller decides what that costs, and a new child is started for what comes ne
 """
 import os
 import resource
+import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import wire
 
-WORKER = Path(__file__).with_name("worker.py")
+HERE = Path(__file__).resolve().parent
+CHILD_FILES = ("worker.py", "wire.py", "drivers.py")  # all of the grader a child can see
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
-CPU_LIMIT_S = 300
+KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS
+SANDBOX_UID_BASE = 61000  # unprivileged uids for children when the grader runs as root (no /etc/passwd entry needed)
+SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
+           signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
+           signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
+
+
+@dataclass
+class Limits:
+    """What one child may use. Memory is address space (RLIMIT_AS): numpy raises MemoryError past it."""
+
+    timeout_s: float = 10.0  # wall clock, per call
+    cpu_s: int = 300  # for the child's whole life
+    memory_bytes: int = 4 * 2**30
+    output_bytes: int = 16 * 2**20  # largest file the child may write, its stdout included
+    processes: int = 256  # when sandboxed under its own uid
 
 
 class StudentError(Exception):
@@ -44,18 +63,59 @@ class StudentCrash(StudentAborted):
     pass
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _others_can_use(path: Path) -> bool:
+    """Every folder above `path` is searchable by other users, and `path` itself readable."""
+    path = path.resolve()
+    try:
+        if not path.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+    except OSError:
+        return False
+
+
+def separate_user_possible() -> bool:
+    """Root, and an interpreter and numpy that another user can run (not under a private /root)."""
+    if os.geteuid() != 0 or os.environ.get("ATTN_SANDBOX_SAME_USER"):
+        return False
+    import numpy
+
+    return _others_can_use(Path(sys.executable)) and _others_can_use(Path(numpy.__file__))
+
+
+def sandbox_uid(slot: int) -> int | None:
+    """A uid of its own for each (grading process, worker slot) when that is possible, else None."""
+    if not separate_user_possible():
+        return None
+    return SANDBOX_UID_BASE + (os.getpid() % 4000) * 4 + slot
+
+
+def kill_everything(token: str, uid: int | None) -> None:
+    """End every process the child started: by its marker in the environment, and by its uid."""
+    for _ in range(2):  # twice: a process may have forked while we looked
+        if uid is not None:
+            subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),  # noqa: PLW1509
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        needle = f"ATTN_GRADE_TOKEN={token}".encode()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                continue
 
 
 class Worker:
-    """One child process holding the student's package, started lazily."""
+    """One child process holding the student's package, started lazily, restarted after a crash."""
 
-    def __init__(self, submission: Path, timeout: float = 10.0, threads: int | None = None) -> None:
+    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None, slot: int = 0) -> None:
         self.submission = Path(submission)
-        self.timeout = timeout
-        self.threads = threads
+        self.limits = limits or Limits(timeout_s=timeout)
+        self.timeout = self.limits.timeout_s
+        self.slot = slot
         self.proc: subprocess.Popen | None = None
         self._next_id = 0
         self._buf = b""
@@ -63,6 +123,11 @@ class Worker:
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
         self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-"))
+        grader = self.scratch / "_grader" / "autograder"
+        grader.mkdir(parents=True)
+        (grader / "__init__.py").write_text("")
+        for name in CHILD_FILES:
+            shutil.copy2(HERE / name, grader / name)
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
         for f in self.submission.glob("*.py"):
@@ -70,16 +135,31 @@ class Worker:
         req_r, self._req_w = os.pipe()
         self._res_r, res_w = os.pipe()
         self._log = open(self.scratch / "output.txt", "wb")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONHASHSEED"] = "0"
-        if self.threads:
-            env["OMP_NUM_THREADS"] = str(self.threads)
+        self.token = secrets.token_hex(8)
+        self.uid = sandbox_uid(self.slot)
+        env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+        env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
+        if self.uid is not None:
+            for path in [self.scratch, *self.scratch.rglob("*")]:
+                os.chown(path, self.uid, self.uid)
+        limits, uid = self.limits, self.uid
+
+        def enter_sandbox() -> None:
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if uid is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+
         self.proc = subprocess.Popen(
-            [sys.executable, "-B", str(WORKER), str(pkg_dir), PACKAGE, str(req_r), str(res_w)],
+            [sys.executable, "-I", "-B", str(grader / "worker.py"), str(pkg_dir), PACKAGE, str(req_r), str(res_w)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             pass_fds=(req_r, res_w), cwd=self.scratch, env=env,
-            start_new_session=True, preexec_fn=_limits,
+            start_new_session=True, preexec_fn=enter_sandbox,  # noqa: PLW1509
         )
         os.close(req_r)
         os.close(res_w)
@@ -90,8 +170,9 @@ class Worker:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
+        kill_everything(self.token, self.uid)
         self.proc.wait()
         for fd in (self._req_w, self._res_r):
             try:
@@ -151,7 +232,10 @@ class Worker:
             code = None
         tail = self.output_tail()
         self.close()
-        detail = f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+        if code is None or code >= 0:
+            detail = f"exit code {code}"
+        else:
+            detail = f"it {SIGNALS.get(-code, 'was killed')}: signal {-code}"
         msg = f"{why} ({detail})"
         if tail.strip():
             msg += "; its last output: " + tail.strip()[-300:]
