@@ -48,3 +48,15 @@ test: $(VENV)/.dev
 
 clean:
 	rm -rf $(VENV) submission.zip .pytest_cache
+
+# ---- instructor builds: the student repo and the Gradescope autograder ------------------------
+.PHONY: release autograder gradescope-local
+release: $(VENV)/.student
+	$(PY) -m autograder.build release --out dist/student
+
+autograder: $(VENV)/.student
+	$(PY) -m autograder.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET))
+
+gradescope-local: $(VENV)/.student
+	@test -n "$(SUBMISSION_PATH)$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
+	$(PY) -m autograder.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip

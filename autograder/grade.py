@@ -97,11 +97,12 @@ def describe_error(error: dict, submission: Path) -> str:
     return f"raised {error['type']}: {error['message']}{where}"
 
 
-def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path) -> list[CheckResult]:
+def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
+              public_only: bool = False) -> list[CheckResult]:
     results: list[CheckResult] = []
     missing = [f for f in STAGE[stage].files if not (submission / f).is_file()]
     aborted = None
-    for c in (c for c in CHECKS if c.stage == stage):
+    for c in (c for c in CHECKS if c.stage == stage and (c.visibility == "public" or not public_only)):
         if missing:
             results.append(CheckResult(c, False, f"{', '.join(missing)} missing from the submission", not_run=True))
             continue
@@ -174,8 +175,9 @@ def reference():
 
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
-          ref=None, mistakes=None) -> Results:
-    """Grade `submission` (a folder with the stage modules). `stages` limits which stages run."""
+          ref=None, mistakes=None, public_only: bool = False) -> Results:
+    """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
+    public_only skips the hidden checks (as the student repo, which does not have them, does)."""
     t0 = time.monotonic()
     submission = Path(submission).resolve()
     if ref is None:
@@ -186,7 +188,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     found: dict[str, list[CheckResult]] = {}
 
     def run_group(names: list[str], torch: bool) -> None:
-        worker = Worker(submission, timeout=timeout, slot=int(torch))
+        worker = Worker(submission, timeout=timeout)
         api = StudentAPI(worker)
         try:
             if torch:
@@ -195,10 +197,11 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                 except (StudentError, StudentAborted) as e:
                     for name in names:
                         found[name] = [CheckResult(c, False, f"torch could not be loaded: {e}", not_run=True)
-                                       for c in CHECKS if c.stage == name]
+                                       for c in CHECKS if c.stage == name
+                                       and (c.visibility == "public" or not public_only)]
                     return
             for name in names:
-                found[name] = run_stage(api, ctx, name, submission)
+                found[name] = run_stage(api, ctx, name, submission, public_only)
         finally:
             worker.close()
 

@@ -101,6 +101,10 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
                      f"  ({n_pass}/{len(sr.checks)} checks)")
     lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
+    full = sum(STAGE[n].points for n in res.stages)
+    if res.max_score < full:
+        lines.append(f"      (public checks only: the other {_num(full - res.max_score)} of {full} points are "
+                     "hidden checks, run by the autograder when you submit)")
     for sr in res.stages.values():
         lines.extend(_failures(sr, res, verbose, c))
     lines += ["", c("1", "Next step: ") + next_step(res)]

@@ -4,6 +4,7 @@ The parent sends plain data, the child answers with plain data (autograder.wire)
 A call that hangs or kills the child raises StudentTimeout / StudentCrash here;
 the caller decides what that costs, and a new child is started for what comes next.
 """
+import itertools
 import os
 import resource
 import secrets
@@ -26,7 +27,7 @@ CHILD_FILES = ("worker.py", "wire.py", "drivers.py")  # all of the grader a chil
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS
-SANDBOX_UID_BASE = 61000  # unprivileged uids for children when the grader runs as root (no /etc/passwd entry needed)
+SANDBOX_UID_BASE = 200000  # uids of sandboxed children (above any real account; no /etc/passwd entry needed)
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
            signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
@@ -83,11 +84,15 @@ def separate_user_possible() -> bool:
     return _others_can_use(Path(sys.executable)) and _others_can_use(Path(numpy.__file__))
 
 
-def sandbox_uid(slot: int) -> int | None:
-    """A uid of its own for each (grading process, worker slot) when that is possible, else None."""
+_uids = itertools.count()
+
+
+def sandbox_uid() -> int | None:
+    """A fresh uid for each child when that is possible, else None. Unique among this process's
+    children (a counter) and across grading processes (the pid), so a sweep by uid hits only its own."""
     if not separate_user_possible():
         return None
-    return SANDBOX_UID_BASE + (os.getpid() % 4000) * 4 + slot
+    return SANDBOX_UID_BASE + (os.getpid() % 2000) * 256 + next(_uids) % 256
 
 
 def kill_everything(token: str, uid: int | None) -> None:
@@ -111,11 +116,10 @@ def kill_everything(token: str, uid: int | None) -> None:
 class Worker:
     """One child process holding the student's package, started lazily, restarted after a crash."""
 
-    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None, slot: int = 0) -> None:
+    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None) -> None:
         self.submission = Path(submission)
         self.limits = limits or Limits(timeout_s=timeout)
         self.timeout = self.limits.timeout_s
-        self.slot = slot
         self.proc: subprocess.Popen | None = None
         self._next_id = 0
         self._buf = b""
@@ -136,7 +140,7 @@ class Worker:
         self._res_r, res_w = os.pipe()
         self._log = open(self.scratch / "output.txt", "wb")
         self.token = secrets.token_hex(8)
-        self.uid = sandbox_uid(self.slot)
+        self.uid = sandbox_uid()
         env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
         if self.uid is not None:

@@ -23,6 +23,9 @@ def locate(path: Path) -> Path:
     for candidate in (path, path / "exercises", path / "submission"):
         if any((candidate / f).is_file() for f in STAGE_FILES):
             return candidate
+    zips = sorted(path.glob("*.zip"))
+    if zips:  # e.g. the submission.zip that `make submit` wrote, uploaded as is
+        return locate(unzip(zips[0]))
     found = sorted({p.parent for f in STAGE_FILES for p in path.rglob(f)}, key=lambda p: len(p.parts))
     return found[0] if found else path
 

@@ -1,0 +1,250 @@
+"""Instructor builds: the student repo (`make release`), the Gradescope zip (`make autograder`)
+and a local run of that zip laid out like Gradescope (`make gradescope-local`).
+
+    python -m autograder.build release [--out dist/student]
+    python -m autograder.build autograder [--out dist/autograder.zip] [--secret S]
+    python -m autograder.build gradescope-local --submission PATH [--zip dist/autograder.zip]
+
+Never shipped to students (nor are make_exercises.py, regrade.py and gradescope.py).
+"""
+import argparse
+import ast
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DIST = ROOT / "dist"
+INSTRUCTOR_ONLY = {"build.py", "make_exercises.py", "regrade.py", "gradescope.py"}
+
+# ---------------------------------------------------------------------------------- release --
+
+
+def _is_hidden_check(node: ast.AST) -> bool:
+    """A function decorated with check(...) whose visibility is not "public" (hidden is the default)."""
+    if not isinstance(node, ast.FunctionDef):
+        return False
+    for d in node.decorator_list:
+        if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "check":
+            vis = d.args[3] if len(d.args) > 3 else next((k.value for k in d.keywords if k.arg == "visibility"), None)
+            return not (isinstance(vis, ast.Constant) and vis.value == "public")
+    return False
+
+
+def strip_hidden_checks(source: str) -> str:
+    """The module without its hidden checks (their decorators and bodies)."""
+    lines = source.splitlines(keepends=True)
+    drop = set()
+    for node in ast.parse(source).body:
+        if _is_hidden_check(node):
+            start = min(d.lineno for d in node.decorator_list)
+            drop.update(range(start - 1, node.end_lineno))
+    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
+    while "\n\n\n\n" in kept:
+        kept = kept.replace("\n\n\n\n", "\n\n\n")
+    return kept
+
+
+def record_fixtures() -> dict:
+    """Run the public checks on the solutions with the reference recorded: their expected values."""
+    from attn_ref import RefAPI, mistakes
+
+    from .fixtures import Recorder
+    from .grade import grade
+
+    store: dict = {}
+    res = grade(ROOT / "solutions", ref=Recorder(RefAPI, "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
+                public_only=True)
+    if res.score != res.max_score:
+        bad = [r.check.id for s in res.stages.values() for r in s.checks if not r.passed]
+        raise RuntimeError(f"the solutions fail public checks: {bad}")
+    return store
+
+
+STUDENT_MAKEFILE = """\
+# Attention, stage by stage: the student repo. `make grade` sets itself up on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+SUBMISSION ?= exercises
+STAGE  ?=
+
+.PHONY: grade hint submit worked help
+
+help:
+\t@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
+\t@echo "make hint [STAGE=masking]    the next hint, one rung per call"
+\t@echo "make submit                  write submission.zip to upload"
+\t@echo "make worked                  list the articles' numbers that are checked"
+
+$(VENV)/.student: requirements-student.txt
+\t@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+\t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+\t@touch $@
+
+grade: $(VENV)/.student
+\t@$(PY) -m autograder grade --submission $(SUBMISSION) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
+
+hint: $(VENV)/.student
+\t@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
+
+submit: $(VENV)/.student
+\t@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip
+
+worked: $(VENV)/.student
+\t@$(PY) -m autograder worked
+"""
+
+STUDENT_README = """\
+# Attention, stage by stage
+
+You will build transformer attention one stage at a time, from softmax to a KV cache and the fused
+`scaled_dot_product_attention` call, and a grader tells you after every step what is right, what is
+wrong, where, and often which classic mistake it is.
+
+```sh
+make grade                  # set up .venv on first use, grade exercises/, print the next step
+make grade STAGE=masking    # one stage
+make hint                   # a nudge for the stage you are on (run again for a bigger one)
+make submit                 # writes submission.zip: upload it
+```
+
+Work in `exercises/`, stage by stage (softmax.py, scores.py, projections.py, scaling.py, masking.py,
+heads.py and module.py, kv_cache.py, fused.py). Each stub raises `NotImplementedError`; the
+docstrings give the shapes and the mask convention (boolean, True = may attend).
+
+This repo runs the public checks: the numbers printed in the two articles, and properties any
+correct attention has. More checks, on inputs you have not seen, run on the autograder when you
+submit; a solution that is right in general passes them too.
+
+Article A is "Attention from First Principles: One Complete Calculation"; Article B is
+"Transformer attention from first principles" (krishparekhdev.com/blog/attention).
+"""
+
+
+def release(out: Path = DIST / "student") -> Path:
+    """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    shutil.copytree(ROOT / "exercises", out / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
+    (out / "autograder" / "checks").mkdir(parents=True)
+    for path in sorted((ROOT / "autograder").rglob("*.py")):
+        rel = path.relative_to(ROOT / "autograder")
+        if rel.name in INSTRUCTOR_ONLY and len(rel.parts) == 1:
+            continue
+        text = path.read_text()
+        if rel.parts[0] == "checks":
+            text = strip_hidden_checks(text)
+        (out / "autograder" / rel).write_text(text)
+    from .fixtures import save
+
+    save(record_fixtures(), out / "autograder" / "fixtures.json")
+    shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
+    (out / "Makefile").write_text(STUDENT_MAKEFILE)
+    (out / "README.md").write_text(STUDENT_README)
+    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")
+    return out
+
+
+# ------------------------------------------------------------------------------- gradescope --
+
+SETUP_SH = """\
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, on its Ubuntu 24.04 base image (choose that image: numpy 2.4
+# needs Python 3.11 or newer). The container has no GPU and little disk: torch is the CPU build.
+set -euo pipefail
+apt-get update -qq
+apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
+python3 -m venv /autograder/venv
+NUMPY=$(grep -E '^numpy==' /autograder/source/requirements-student.txt)
+TORCH=$(grep -E '^torch==' /autograder/source/requirements-student.txt)
+/autograder/venv/bin/pip install --no-cache-dir "$NUMPY"
+/autograder/venv/bin/pip install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+"""
+
+RUN_AUTOGRADER = """\
+#!/usr/bin/env bash
+# Grades /autograder/submission into /autograder/results/results.json. AUTOGRADER_ROOT moves that
+# root (local runs); AUTOGRADER_PYTHON names the interpreter (default: the venv setup.sh made).
+set -euo pipefail
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
+cd "$ROOT/source"
+exec "$PY" -m autograder.gradescope
+"""
+
+
+def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None) -> Path:
+    """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref and the course secret."""
+    secret = secret or os.environ.get("COURSE_SECRET") or secrets.token_hex(16)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o755 | stat.S_IFREG) << 16
+            z.writestr(info, text)
+        for folder in ("autograder", "attn_ref"):
+            for path in sorted((ROOT / folder).rglob("*.py")):
+                z.write(path, str(path.relative_to(ROOT)))
+        z.write(ROOT / "requirements-student.txt", "requirements-student.txt")
+        z.writestr("course_secret", secret)
+    return out
+
+
+def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
+                     root: Path = DIST / "gradescope-local", python: str | None = None) -> Path:
+    """Lay out `root` like Gradescope's /autograder, run the zip's run_autograder there, return results.json."""
+    if root.exists():
+        for p in [root, *root.rglob("*")]:  # a previous run left these root-only
+            if p.is_dir():
+                p.chmod(0o755)
+        shutil.rmtree(root)
+    (root / "source").mkdir(parents=True)
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(root / "source")
+    shutil.copy2(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "run_autograder").chmod(0o755)
+    sub = root / "submission"
+    if Path(submission).is_dir():
+        shutil.copytree(submission, sub, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        sub.mkdir()
+        shutil.copy2(submission, sub / Path(submission).name)
+    (root / "results").mkdir()
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root.resolve()), "AUTOGRADER_PYTHON": python or sys.executable}
+    subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True)
+    return root / "results" / "results.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder.build")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("release")
+    r.add_argument("--out", default=str(DIST / "student"))
+    a = sub.add_parser("autograder")
+    a.add_argument("--out", default=str(DIST / "autograder.zip"))
+    a.add_argument("--secret", help="course secret for hidden-check seeds (default: $COURSE_SECRET or random)")
+    g = sub.add_parser("gradescope-local")
+    g.add_argument("--submission", required=True)
+    g.add_argument("--zip", default=str(DIST / "autograder.zip"))
+    g.add_argument("--root", default=str(DIST / "gradescope-local"))
+    args = p.parse_args(argv)
+    if args.cmd == "release":
+        print(f"wrote the student repo to {release(Path(args.out))}")
+    elif args.cmd == "autograder":
+        print(f"wrote {autograder_zip(Path(args.out), args.secret)}")
+    else:
+        if not Path(args.zip).is_file():
+            autograder_zip(Path(args.zip))
+        print(f"results: {gradescope_local(Path(args.submission), Path(args.zip), Path(args.root))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
