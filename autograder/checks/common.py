@@ -28,3 +28,13 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
     if returned_ok:
         return got
     raise Fail(f"{what} returned {np.asarray(got).tolist()} instead of raising ValueError")
+
+
+def require_nontrivial(out_a, out_b, what: str) -> None:
+    """A property such as equivariance holds for a constant function too; demand that the output
+    changes when the input does, so a hard-coded or all-zero answer earns nothing here."""
+    from ..compare import Fail
+
+    a, b = np.asarray(out_a, dtype=float), np.asarray(out_b, dtype=float)
+    if a.shape == b.shape and np.allclose(a, b):
+        raise Fail(f"{what} gave the same output for two different inputs: it ignores its input")

@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import Fail, check_close
 from ..registry import check
-from .common import randn, shape_str
+from .common import randn, require_nontrivial, shape_str
 
 S = "dot_products"
 
@@ -52,5 +52,6 @@ def permutation_equivariance(api, ctx):
     x = randn(rng, 6, 4)
     perm = rng.permutation(6)
     out = np.asarray(api.simple_self_attention(x), dtype=float)
+    require_nontrivial(out, api.simple_self_attention(2 * x), "simple_self_attention")
     check_close(api.simple_self_attention(x[perm]), out[perm],
                 f"simple_self_attention(x[perm]) against simple_self_attention(x)[perm], perm={perm.tolist()}")

@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import Fail, check_close
 from ..registry import check
-from .common import randn, shape_str
+from .common import randn, require_nontrivial, shape_str
 
 S = "heads"
 
@@ -75,6 +75,7 @@ def mha_permutation_equivariance(api, ctx):
     w = _weights(rng, 4)
     perm = rng.permutation(5)
     out = np.asarray(api.multi_head_attention(x, *w, 2, False), dtype=float)
+    require_nontrivial(out, api.multi_head_attention(2 * x, *w, 2, False), "multi_head_attention")
     check_close(api.multi_head_attention(x[perm], *w, 2, False), out[perm],
                 f"multi_head_attention(x[perm], causal=False) against the output permuted, perm={perm.tolist()}")
 
@@ -116,4 +117,5 @@ def module_future_does_not_leak(api, ctx):
     x2 = x.copy()
     x2[:, 4:] = randn(rng, 1, 2, 8, dtype=np.float32)
     y2 = np.asarray(api.module_forward(x2, qkv_w, out_w, 2))
+    require_nontrivial(y[:, 4:], y2[:, 4:], "the module on tokens 4-5")
     check_close(y2[:, :4], y[:, :4], "module outputs of tokens 0-3 after changing tokens 4-5 (they must not move)")
