@@ -60,3 +60,7 @@ autograder: $(VENV)/.student
 gradescope-local: $(VENV)/.student
 	@test -n "$(SUBMISSION_PATH)$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
 	$(PY) -m autograder.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
+
+.PHONY: regrade
+regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...]
+	$(PY) -m autograder regrade $(DIR) $(if $(SECRET),--secret $(SECRET))

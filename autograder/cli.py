@@ -1,4 +1,4 @@
-"""python -m autograder {grade,worked,submit}."""
+"""python -m autograder {grade,hint,worked,submit,regrade}."""
 import argparse
 import json
 import sys
@@ -73,6 +73,14 @@ def _submit(args) -> int:
     return 0
 
 
+def _regrade(args) -> int:
+    from .regrade import regrade
+
+    out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, args.secret, args.seed, args.timeout)
+    print(f"wrote {out / 'summary.csv'} and one results JSON per submission in {out}/")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autograder", description="Grade the attention exercises.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -95,5 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--submission", default=str(ROOT / "exercises"))
     s.add_argument("--output", default="submission.zip")
     s.set_defaults(fn=_submit)
+    r = sub.add_parser("regrade", help="grade every submission (folder or zip) in FOLDER, in parallel")
+    r.add_argument("folder")
+    r.add_argument("--out", help="where to write summary.csv and the JSON files (default FOLDER-results)")
+    r.add_argument("--jobs", type=int, help="submissions graded at once (default: the number of cores)")
+    r.add_argument("--secret", help="derive each hidden-check seed from this and the submission, as the zip does")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--timeout", type=float, default=10.0)
+    r.set_defaults(fn=_regrade)
     args = p.parse_args(argv)
     return args.fn(args)
