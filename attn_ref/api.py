@@ -17,6 +17,14 @@ class RefAPI:
     merge_heads = staticmethod(core.merge_heads)
     multi_head_attention = staticmethod(core.multi_head_attention)
 
+    attention_backward = staticmethod(core.attention_backward)
+    score_count = staticmethod(core.score_count)
+    kv_cache_floats = staticmethod(core.kv_cache_floats)
+
+    @staticmethod
+    def tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):
+        return core.fused_attention(q, k, v, causal)
+
     @staticmethod
     def causal_mask(n_q, n_k=None):
         return core.causal_allowed(n_q, n_k)

@@ -112,3 +112,26 @@ def score_variance_stderr(d_k, n_pairs=20000, scaled=False):
     """Standard error of that estimate: var(X^2) = 2 d_k^2 + 6 d_k for X = q.k (normal coordinates)."""
     se = np.sqrt((2 * d_k**2 + 6 * d_k) / n_pairs)
     return float(se / d_k) if scaled else float(se)
+
+
+def attention_backward(q, k, v, d_out, causal=True):
+    """Gradients of sum(out * d_out) for out = attention(q, k, v), via the softmax Jacobian.
+
+    Written as an explicit Jacobian-vector product per row (the solutions use the row-sum form).
+    """
+    q, k, v, d_out = (np.asarray(a, dtype=F64) for a in (q, k, v, d_out))
+    allowed = causal_allowed(q.shape[0], k.shape[0]) if causal else None
+    out, p = attention(q, k, v, allowed)
+    dv = np.einsum("ij,id->jd", p, d_out)
+    dp = np.einsum("id,jd->ij", d_out, v)
+    ds = np.stack([(np.diag(row) - np.outer(row, row)) @ g for row, g in zip(p, dp)])  # J_softmax^T dp
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    return ds @ k * scale, ds.T @ q * scale, dv
+
+
+def score_count(n_tokens, n_heads=1):
+    return int(n_heads) * int(n_tokens) ** 2
+
+
+def kv_cache_floats(n_tokens, n_layers, n_kv_heads, d_head, batch=1):
+    return int(np.prod([2, batch, n_layers, n_tokens, n_kv_heads, d_head], dtype=np.int64))

@@ -165,3 +165,57 @@ def decode_variants(x, qkv_weight, out_weight, n_heads, chunks):
 def fused_top_left(q, k, v):
     T_q, T_k = np.shape(q)[-2], np.shape(k)[-2]
     return core.attention(q, k, v, np.arange(T_k)[None, :] <= np.arange(T_q)[:, None])[0]
+
+
+# -- bonus: tiled, backward, dropout, costs -----------------------------------------------------
+def tiled_with(q, k, v, causal=True, block_q=64, block_k=64, rescale_sum=True, rescale_acc=True):
+    """Online-softmax attention with the rescaling of the running sum and/or accumulator left out."""
+    q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
+    n_q, n_k = q.shape[0], k.shape[0]
+    allowed = core.causal_allowed(n_q, n_k) if causal else np.ones((n_q, n_k), dtype=bool)
+    s_all = core.scaled_scores(q, k)
+    out = np.zeros((n_q, v.shape[1]))
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        m = np.full(i1 - i0, -np.inf)
+        l_run = np.zeros(i1 - i0)
+        acc = np.zeros((i1 - i0, v.shape[1]))
+        for j0 in range(0, n_k, block_k):
+            j1 = min(j0 + block_k, n_k)
+            s = np.where(allowed[i0:i1, j0:j1], s_all[i0:i1, j0:j1], -np.inf)
+            if np.all(np.isneginf(s)):
+                continue
+            m_new = np.maximum(m, s.max(axis=1))
+            safe = np.where(np.isneginf(m_new), 0.0, m_new)
+            p = np.exp(s - safe[:, None])
+            alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe))
+            l_run = (alpha if rescale_sum else 1.0) * l_run + p.sum(axis=1)
+            acc = (alpha[:, None] if rescale_acc else 1.0) * acc + p @ v[j0:j1]
+            m = m_new
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[i0:i1] = acc / l_run[:, None]
+    return out
+
+
+def tiled_variants(q, k, v, causal=True, block_q=64, block_k=64):
+    return {"tiled-no-rescale": tiled_with(q, k, v, causal, block_q, block_k, False, False),
+            "tiled-rescale-sum-only": tiled_with(q, k, v, causal, block_q, block_k, True, False)}
+
+
+def backward_variants(q, k, v, d_out, causal=True):
+    """id -> (dq, dk, dv) for the backward mistakes."""
+    q, k, v, d_out = (np.asarray(a, dtype=F64) for a in (q, k, v, d_out))
+    allowed = core.causal_allowed(q.shape[0], k.shape[0]) if causal else None
+    _, p = core.attention(q, k, v, allowed)
+    dv = p.T @ d_out
+    dp = d_out @ v.T
+    scale = 1.0 / np.sqrt(q.shape[1])
+    ds_diag = p * dp  # the Jacobian taken as if it were diagonal
+    ds = p * (dp - (dp * p).sum(axis=1, keepdims=True))
+    return {"backward-diagonal-softmax": [(ds_diag @ k * scale, ds_diag.T @ q * scale, dv)],
+            "backward-missing-scale": [(ds @ k, ds.T @ q * scale, dv), (ds @ k * scale, ds.T @ q, dv),
+                                       (ds @ k, ds.T @ q, dv)]}
+
+
+def costs_variants(n_tokens, n_layers, n_kv_heads, d_head, batch=1):
+    return {"costs-kv-missing-factor-2": core.kv_cache_floats(n_tokens, n_layers, n_kv_heads, d_head, batch) // 2}

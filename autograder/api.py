@@ -21,6 +21,10 @@ TARGETS = {
     "split_heads": "heads:split_heads",
     "merge_heads": "heads:merge_heads",
     "multi_head_attention": "heads:multi_head_attention",
+    "tiled_attention": "tiled:tiled_attention",
+    "attention_backward": "backward:attention_backward",
+    "score_count": "costs:score_count",
+    "kv_cache_floats": "costs:kv_cache_floats",
 }
 DRIVERS = (
     "warmup", "module_forward", "module_shapes", "module_structure", "kv_cache_numel", "kv_cache_probe",
@@ -28,6 +32,8 @@ DRIVERS = (
     "fused_peak_memory",
 )
 TARGETS.update({name: f"driver:{name}" for name in DRIVERS})
+NP_DRIVERS = ("dropout_probe", "tiled_peak_memory", "tiled_key_rows")  # numpy-only helpers (autograder.np_drivers)
+TARGETS.update({name: f"npdriver:{name}" for name in NP_DRIVERS})
 
 
 class StudentAPI:

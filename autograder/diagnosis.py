@@ -76,6 +76,30 @@ _M = [
             "top-left; build the bottom-right mask in that case", "Article B, 'What it costs as the sequence grows'", "fused.py:fused_attention"),
     Mistake("fused-not-fused", "fused", "attention is computed by hand instead of one "
             "F.scaled_dot_product_attention call", "Article B, 'Code that matches the hand numbers'", "fused.py:fused_attention"),
+    # bonus stages
+    Mistake("tiled-no-rescale", "tiled", "when a block raises a row's running maximum, the running sum and the "
+            "accumulator must both be multiplied by exp(m_old - m_new); neither was", "the docstring of tiled.py",
+            "tiled.py:tiled_attention"),
+    Mistake("tiled-rescale-sum-only", "tiled", "the running sum is rescaled when the maximum grows but the output "
+            "accumulator is not; both carry the old maximum", "the docstring of tiled.py", "tiled.py:tiled_attention"),
+    Mistake("tiled-masked-row-nan", "tiled", "a row with no allowed key came back NaN (exp(-inf - -inf)); raise "
+            "ValueError as softmax does", "Article A, 'Hide forbidden positions before softmax'",
+            "tiled.py:tiled_attention"),
+    Mistake("backward-diagonal-softmax", "backward", "the softmax Jacobian was applied as if it were diagonal "
+            "(dS = P * dP); every weight depends on every score of its row, so subtract rowsum(dP * P) first",
+            "the docstring of backward.py", "backward.py:attention_backward"),
+    Mistake("backward-missing-scale", "backward", "dq or dk lacks the 1/sqrt(d_k) that the forward pass applied to "
+            "the scores", "Article A, 'Why divide by the square root?'", "backward.py:attention_backward"),
+    Mistake("dropout-not-inverted", "dropout", "the surviving weights are not divided by 1 - p, so dropout shrinks "
+            "the expected output", "Article B, 'Causal attention'", "dropout.py:attention_dropout"),
+    Mistake("dropout-in-eval", "dropout", "weights are dropped when not training; dropout is off at inference",
+            "Article B, 'Causal attention'", "dropout.py:attention_dropout"),
+    Mistake("dropout-keep-p", "dropout", "weights are kept with probability p instead of dropped with it",
+            "Article B, 'Causal attention'", "dropout.py:attention_dropout"),
+    Mistake("costs-kv-missing-factor-2", "costs", "the cache holds a key and a value per token and head: the "
+            "factor 2 is missing", "Article B, 'What it costs as the sequence grows'", "costs.py:kv_cache_floats"),
+    Mistake("costs-scores-not-squared", "costs", "every query scores every key: n x n scores per head, not n",
+            "Article B, 'What it costs as the sequence grows'", "costs.py:score_count"),
 ]
 CATALOGUE: dict[str, Mistake] = {m.id: m for m in _M}
 

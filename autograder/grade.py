@@ -72,13 +72,25 @@ class Results:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
+    def _core(self, bonus: bool) -> list[StageResult]:
+        return [s for n, s in self.stages.items() if STAGE[n].bonus == bonus]
+
     @property
     def score(self) -> float:
-        return sum(s.score for s in self.stages.values())
+        """The core score (out of 100 with every stage graded); bonus stages count apart."""
+        return sum(s.score for s in self._core(False))
 
     @property
     def max_score(self) -> float:
-        return sum(s.max_score for s in self.stages.values())
+        return sum(s.max_score for s in self._core(False))
+
+    @property
+    def bonus_score(self) -> float:
+        return sum(s.score for s in self._core(True))
+
+    @property
+    def bonus_max_score(self) -> float:
+        return sum(s.max_score for s in self._core(True))
 
 
 def origin_of(error: dict) -> str | None:

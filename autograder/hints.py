@@ -62,6 +62,32 @@ HINTS: dict[str, list[str]] = {
         "In forward, append the new keys/values before attending, so each new token sees itself. The queries "
         "are the last T of the L cached positions: the causal mask is aligned bottom-right.",
     ],
+    "tiled": [
+        "Process the queries in blocks; for each block, let the key blocks stream past while you keep, per "
+        "query row, the largest score so far, the sum of exponentials so far, and the weighted sum of values so far.",
+        "When a new key block raises a row's maximum from m_old to m_new, everything accumulated so far was "
+        "measured against m_old: multiply both the sum and the weighted values by exp(m_old - m_new).",
+        "With the causal mask, a query block never needs key blocks that start after its last query's position: "
+        "stop the key loop there. Divide the weighted values by the sum only at the very end.",
+    ],
+    "backward": [
+        "Go backwards through out = P v, P = softmax(S), S = q k^T / sqrt(d_k): one product rule at a time.",
+        "dv and dP come straight from out = P v. For the softmax, each weight in a row depends on every score "
+        "in that row: the Jacobian is diag(p) - p p^T, not diag(p).",
+        "That Jacobian applied to a row of dP is p * (dP - sum(dP * p)). Then dq and dk follow from S, "
+        "each with the same 1/sqrt(d_k) the forward pass used.",
+    ],
+    "dropout": [
+        "Inverted dropout: drop each weight with probability p and scale up the survivors, so the expected "
+        "value of every weight is unchanged; at inference, do nothing.",
+        "rng.random(shape) gives uniform numbers in [0, 1): comparing them with p gives the mask. Divide "
+        "survivors by 1 - p.",
+    ],
+    "costs": [
+        "Every query scores every key, in every head. A KV cache keeps two vectors (a key and a value) per "
+        "token, per key/value head, per layer, per sequence in the batch.",
+        "Check your formula against the KVCache you wrote: count the numbers its k and v tensors hold.",
+    ],
     "fused": [
         "torch.nn.functional.scaled_dot_product_attention does scores, scaling, mask, softmax and the weighted "
         "sum in one call, without keeping the T x T matrix when it can avoid it.",

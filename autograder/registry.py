@@ -23,9 +23,15 @@ STAGES: list[Stage] = [
     Stage("heads", 6, 16, ("heads.py", "module.py"), ("projections", "masking"), True),
     Stage("kv_cache", 7, 16, ("kv_cache.py",), ("heads",), True),
     Stage("fused", 8, 14, ("fused.py",), ("heads",), True),
+    # bonus stages: graded apart from the 100 core points
+    Stage("tiled", 9, 10, ("tiled.py",), (), False, bonus=True),
+    Stage("backward", 10, 10, ("backward.py",), (), False, bonus=True),
+    Stage("dropout", 11, 5, ("dropout.py",), (), False, bonus=True),
+    Stage("costs", 12, 5, ("costs.py",), ("kv_cache",), True, bonus=True),
 ]
 STAGE = {s.name: s for s in STAGES}
 CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
+BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
 
 
 def stage_of_file(filename: str | None) -> str | None:

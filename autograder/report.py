@@ -57,7 +57,10 @@ def blocked_note(sr: StageResult, res: Results) -> str:
 
 
 def next_step(res: Results) -> str:
+    core_done = all(sr.status == "passed" for n, sr in res.stages.items() if not STAGE[n].bonus)
     for s in STAGES:
+        if s.bonus and not core_done:
+            break
         sr = res.stages.get(s.name)
         if sr is None or sr.status == "passed":
             continue
@@ -81,6 +84,8 @@ def next_step(res: Results) -> str:
                 where = def_line(res.submission, m.where)
             return f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
+    if not core_done:
+        return "the core stages pass. Run `make submit`; the bonus stages (9-12) are there if you want more."
     return "every stage passes. Run `make submit` to package your work."
 
 
@@ -95,15 +100,24 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
+        if s.bonus and s.number == min(b.number for b in STAGES if b.bonus):
+            lines.append("      bonus stages")
         status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
         n_pass = sum(r.passed for r in sr.checks)
         pts = f"{_num(sr.score)}/{_num(sr.max_score)}"
         lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
                      f"  ({n_pass}/{len(sr.checks)} checks)")
-    lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
-    full = sum(STAGE[n].points for n in res.stages)
-    if res.max_score < full:
-        lines.append(f"      (public checks only: the other {_num(full - res.max_score)} of {full} points are "
+    core = [s for s in STAGES if s.name in res.stages and not s.bonus]
+    bonus = [s for s in STAGES if s.name in res.stages and s.bonus]
+    if core:
+        lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
+    if bonus:
+        lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
+                     "  (apart from the core points)")
+    full = sum(s.points for s in core + bonus)
+    shown = res.max_score + res.bonus_max_score
+    if shown < full:
+        lines.append(f"      (public checks only: the other {_num(full - shown)} of {full} points are "
                      "hidden checks, run by the autograder when you submit)")
     for sr in res.stages.values():
         lines.extend(_failures(sr, res, verbose, c))
@@ -163,12 +177,13 @@ def results_json(res: Results) -> dict:
                                "diagnosis": r.diagnosis, "worked_id": c.worked_id},
             })
     return {
-        "score": res.score,
+        "score": res.score,  # the core points; the bonus is reported apart
         "execution_time": round(res.seconds, 3),
         "output": f"{_num(res.score)}/{_num(res.max_score)}. Next step: {next_step(res)}",
         "tests": tests,
         "extra_data": {
             "seed": res.seed,
+            "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score},
             "stages": {n: {"score": s.score, "max_score": s.max_score, "status": s.status,
                            "blocked_by": s.blocked_by} for n, s in res.stages.items()},
         },

@@ -23,7 +23,7 @@ from typing import Any
 from . import wire
 
 HERE = Path(__file__).resolve().parent
-CHILD_FILES = ("worker.py", "wire.py", "drivers.py")  # all of the grader a child can see
+CHILD_FILES = ("worker.py", "wire.py", "drivers.py", "np_drivers.py")  # all of the grader a child can see
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS

@@ -194,6 +194,17 @@ WORKED: list[Worked] = [
     Worked("B-gpt2-cache-floats", "kv_cache", B, "What it costs as the sequence grows",
            "floats a KV cache holds per layer, 2 n d_model, for GPT-2 small's 1,024-token context",
            1572864, 0, lambda api: api.kv_cache_numel(1, 12, 1024, 64)),
+    # ---- bonus: tiled, costs ----------------------------------------------------------------
+    Worked("B-tiled-matches-code", "tiled", B, "Code that matches the hand numbers",
+           "the causal output of head 1 computed in tiles of 2 x 2: rows 'saw' and 'cat'",
+           [[0.5605, -0.1183], [-0.1044, 0.3944]], 4,
+           lambda api: np.asarray(api.tiled_attention(Q1, K1, V1, True, 2, 2))[[SAW, CAT]]),
+    Worked("B-scores-128k", "costs", B, "What it costs as the sequence grows",
+           "scores per head at 128k tokens, in billions ('about 16 billion')", 16, 0,
+           lambda api: int(api.score_count(128_000, 1)) / 1e9),
+    Worked("B-gpt2-cache-floats-per-layer", "costs", B, "What it costs as the sequence grows",
+           "kv_cache_floats for one layer of GPT-2 small (12 heads of 64) at 1,024 tokens: 2 n d_model",
+           1572864, 0, lambda api: api.kv_cache_floats(1024, 1, 12, 64)),
     # ---- fused -------------------------------------------------------------------------------
     Worked("B-fused-matches-code", "fused", B, "Code that matches the hand numbers",
            "the fused causal call on head 1: rows 'saw' and 'cat'", [[0.5605, -0.1183], [-0.1044, 0.3944]], 4,

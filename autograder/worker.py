@@ -40,9 +40,13 @@ def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
 def resolve(target: str, pkg: str):
     module_name, func = target.split(":")
     if module_name == "driver":
-        from autograder import drivers
+        from autograder import drivers  # imports torch
 
         return getattr(drivers, func)
+    if module_name == "npdriver":
+        from autograder import np_drivers
+
+        return getattr(np_drivers, func)
     return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)
 
 
@@ -73,7 +77,7 @@ def main() -> None:
         try:
             fn = resolve(req["target"], pkg)
             args, kwargs = req.get("args", []), req.get("kwargs", {})
-            if req["target"].startswith("driver:"):
+            if req["target"].startswith(("driver:", "npdriver:")):
                 kwargs = {**kwargs, "pkg": pkg}
             value = to_plain(fn(*args, **kwargs))
             try:

@@ -76,6 +76,23 @@ MUTANTS = {
         "    if training and dropout_p:\n"
         "        w = F.dropout(w, dropout_p)\n"
         "    return w @ v\n"))]}, ["fused"]),
+    # bonus stages
+    "tiled-no-rescale": ({"tiled.py": [("alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe))",
+                                        "alpha = np.ones_like(m)")]}, ["tiled"]),
+    "tiled-rescale-sum-only": ({"tiled.py": [("acc = alpha[:, None] * acc + p @ v[j0:j1]", "acc = acc + p @ v[j0:j1]")]},
+                               ["tiled"]),
+    "tiled-masked-row-nan": ({"tiled.py": [("        if np.any(l == 0):\n", "        if False:\n")]}, ["tiled"]),
+    "backward-diagonal-softmax": ({"backward.py": [("ds = p * (dp - np.sum(dp * p, axis=1, keepdims=True))",
+                                                    "ds = p * dp")]}, ["backward"]),
+    "backward-missing-scale": ({"backward.py": [("dq = ds @ k / np.sqrt(d_k)", "dq = ds @ k")]}, ["backward"]),
+    "dropout-not-inverted": ({"dropout.py": [("np.where(keep, weights / (1.0 - p), 0.0)", "np.where(keep, weights, 0.0)")]},
+                             ["dropout"]),
+    "dropout-in-eval": ({"dropout.py": [("if not training or p == 0.0:", "if p == 0.0:")]}, ["dropout"]),
+    "dropout-keep-p": ({"dropout.py": [("keep = rng.random(weights.shape) >= p", "keep = rng.random(weights.shape) < p")]},
+                       ["dropout"]),
+    "costs-kv-missing-factor-2": ({"costs.py": [("return 2 * batch * n_layers", "return batch * n_layers")]}, ["costs"]),
+    "costs-scores-not-squared": ({"costs.py": [("return n_tokens * n_tokens * n_heads", "return n_tokens * n_heads")]},
+                                 ["costs"]),
 }
 
 

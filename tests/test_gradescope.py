@@ -51,7 +51,7 @@ def survivors(marker: str) -> list[int]:
 
 
 FULL = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16, "heads": 16,
-        "kv_cache": 16, "fused": 14}
+        "kv_cache": 16, "fused": 14, "tiled": 10, "backward": 10, "dropout": 5, "costs": 5}
 
 
 def test_solutions_full_marks_and_format(zip_path, tmp_path):
@@ -95,7 +95,7 @@ def test_exit_at_import_costs_only_stages_that_import_it(zip_path, tmp_path):
     data, scores = run_zip(zip_path, sub, tmp_path)
     for s in ("softmax", "dot_products", "masking", "heads"):  # each imports softmax.py
         assert scores[s] < FULL[s], s
-    for s in ("projections", "scaling", "kv_cache", "fused"):
+    for s in ("projections", "scaling", "kv_cache", "fused", "tiled", "backward", "dropout", "costs"):
         assert scores[s] == FULL[s], s
     assert any("exit code 0" in t["output"] for t in data["tests"])
 

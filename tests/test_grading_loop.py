@@ -6,40 +6,40 @@ import sys
 import pytest
 from conftest import ROOT, SOLUTIONS, failing, grade, variant
 
-from autograder.registry import CHECKS, CORE_POINTS, STAGES
+from autograder.registry import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
 from autograder.report import results_json, terminal
 
 STAGE_POINTS = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16,
-                "heads": 16, "kv_cache": 16, "fused": 14}
+                "heads": 16, "kv_cache": 16, "fused": 14, "tiled": 10, "backward": 10, "dropout": 5, "costs": 5}
 
 
 def test_points_add_up():
-    assert CORE_POINTS == 100
+    assert CORE_POINTS == 100 and BONUS_POINTS == 30
     for s in STAGES:
         assert s.points == STAGE_POINTS[s.name]
         assert sum(c.points for c in CHECKS if c.stage == s.name) == pytest.approx(s.points), s.name
     kinds = {(c.stage, c.kind) for c in CHECKS}
-    for s in STAGES:  # every stage has all three kinds of check, or at least worked + one other
-        assert (s.name, "worked") in kinds
+    for s in STAGES:  # every core stage checks the articles' numbers; every stage more than them
+        assert s.bonus or (s.name, "worked") in kinds
         assert {(s.name, "reference"), (s.name, "property")} & kinds
 
 
 def test_solutions_score_full_marks(solutions_result):
     res = solutions_result
     bad = {n: [(r.check.name, r.message) for r in s.checks if not r.passed] for n, s in res.stages.items()}
-    assert res.score == 100, {k: v for k, v in bad.items() if v}
+    assert res.score == 100 and res.bonus_score == 30, {k: v for k, v in bad.items() if v}
     assert all(s.status == "passed" for s in res.stages.values())
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_solutions_full_marks_other_seeds(seed):
     res = grade(SOLUTIONS, seed=seed)
-    assert res.score == 100, [(r.check.id, r.message) for s in res.stages.values() for r in s.checks if not r.passed]
+    assert res.score == 100 and res.bonus_score == 30, [(r.check.id, r.message) for s in res.stages.values() for r in s.checks if not r.passed]
 
 
 def test_stubs_score_zero_not_started(stubs_result):
     res = stubs_result
-    assert res.score == 0
+    assert res.score == 0 and res.bonus_score == 0
     assert {n: s.status for n, s in res.stages.items()} == {s.name: "not_started" for s in STAGES}
     text = terminal(res)
     assert "0/100" in text

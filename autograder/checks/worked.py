@@ -20,7 +20,7 @@ def _worked_check(w, points: float):
 
 
 WORKED_POINTS = {"softmax": 0.5, "dot_products": 1.0, "projections": 1.0, "scaling": 0.5, "masking": 0.5,
-                 "heads": 1.0, "kv_cache": 1.0, "fused": 1.0}
+                 "heads": 1.0, "kv_cache": 1.0, "fused": 1.0, "tiled": 1.0, "costs": 1.0}
 for _w in WORKED:
     _worked_check(_w, WORKED_POINTS[_w.stage])
 

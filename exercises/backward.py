@@ -1,0 +1,19 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Bonus stage: the backward pass of attention, by hand.
+
+With S = q k^T / sqrt(d_k) (masked), P = softmax(S) and out = P v, and d_out = dL/d(out):
+dv = P^T d_out; dP = d_out v^T; the softmax Jacobian gives dS = P * (dP - rowsum(dP * P));
+dq = dS k / sqrt(d_k); dk = dS^T q / sqrt(d_k). Masked entries have P = 0, so they pass no gradient.
+"""
+import numpy as np
+
+
+def attention_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, d_out: np.ndarray, causal: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of sum(out * d_out) for out = attention(q, k, v).
+
+    q [n_q, d_k], k [n_k, d_k], v [n_k, d_v], d_out [n_q, d_v] -> (dq, dk, dv) shaped like q, k, v.
+    causal: bottom-right aligned causal mask (query i sees keys j <= n_k - n_q + i).
+    """
+    raise NotImplementedError("backward: write this part of attention_backward")

@@ -1,0 +1,14 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Bonus stage: attention dropout, inverted, on the weights.
+
+Article B, "Causal attention": during training a random fraction of the weights is removed and
+the rest are rescaled; at inference nothing changes.
+"""
+import numpy as np
+
+
+def attention_dropout(weights: np.ndarray, p: float, rng: np.random.Generator, training: bool) -> np.ndarray:
+    """Zero each weight with probability p and divide the survivors by (1 - p), so every weight
+    keeps its expected value. Returns `weights` unchanged when not training (or p == 0).
+    Draw the mask with rng.random(weights.shape)."""
+    raise NotImplementedError("dropout: write this part of attention_dropout")

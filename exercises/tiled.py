@@ -1,0 +1,22 @@
+# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+"""Bonus stage: tiled attention with an online softmax (the FlashAttention forward, in numpy).
+
+The T x T score matrix is never stored: queries are processed block by block, and for each
+query block the key blocks stream past while a running maximum m, a running sum l and an
+unnormalised output acc are kept per query row. When a new block raises the maximum, the
+old sum and accumulator are rescaled by exp(m_old - m_new). Article B, "What it costs as the
+sequence grows" (FlashAttention computes attention in tiles).
+Mask convention: causal with bottom-right alignment (query i sees keys j <= n_k - n_q + i).
+"""
+import numpy as np
+
+
+def tiled_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = True, block_q: int = 64, block_k: int = 64
+) -> np.ndarray:
+    """softmax(q k^T / sqrt(d_k)) v without the [n_q, n_k] matrix.
+
+    q [n_q, d_k], k [n_k, d_k], v [n_k, d_v] -> [n_q, d_v]. Extra memory grows with the block
+    sizes and n * d, not n_q * n_k. Key blocks that the causal mask hides entirely are skipped.
+    """
+    raise NotImplementedError("tiled: write this part of tiled_attention")

@@ -1,0 +1,20 @@
+"""Bonus stage: attention dropout, inverted, on the weights.
+
+Article B, "Causal attention": during training a random fraction of the weights is removed and
+the rest are rescaled; at inference nothing changes.
+"""
+import numpy as np
+
+
+def attention_dropout(weights: np.ndarray, p: float, rng: np.random.Generator, training: bool) -> np.ndarray:
+    """Zero each weight with probability p and divide the survivors by (1 - p), so every weight
+    keeps its expected value. Returns `weights` unchanged when not training (or p == 0).
+    Draw the mask with rng.random(weights.shape)."""
+    # BEGIN SOLUTION
+    if not training or p == 0.0:
+        return weights
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    keep = rng.random(weights.shape) >= p  # True with probability 1 - p
+    return np.where(keep, weights / (1.0 - p), 0.0)
+    # END SOLUTION
