@@ -96,3 +96,19 @@ def test_worked_json_lists_every_check():
     for it in items:
         assert {"id", "article", "section", "quantity", "expected", "precision"} <= set(it)
         assert it["article"] in ("A", "B")
+
+
+@pytest.mark.parametrize("n_q,n_k,causal", [(4, 4, True), (3, 6, True), (5, 5, False)])
+def test_reference_backward_agrees_with_autograd(n_q, n_k, causal):
+    rng = np.random.default_rng(3)
+    q, k, v, g = (rng.standard_normal(s) for s in ((n_q, 4), (n_k, 4), (n_k, 3), (n_q, 3)))
+    qt, kt, vt = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    mask = torch.ones(n_q, n_k, dtype=torch.bool).tril(n_k - n_q) if causal else None
+    (F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask) * torch.tensor(g)).sum().backward()
+    for got, t in zip(core.attention_backward(q, k, v, g, causal), (qt, kt, vt)):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_reference_costs():
+    assert core.score_count(128_000) == 16_384_000_000
+    assert core.kv_cache_floats(1024, 1, 12, 64) == 2 * 1024 * 768
