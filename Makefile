@@ -64,3 +64,7 @@ gradescope-local: $(VENV)/.student
 .PHONY: regrade
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...]
 	$(PY) -m autograder regrade $(DIR) $(if $(SECRET),--secret $(SECRET))
+
+.PHONY: bench gpu-check
+bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not a test
+	$(PY) bench/bench.py $(if $(QUICK),--quick)

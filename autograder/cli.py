@@ -10,8 +10,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _grade(args) -> int:
-    from .grade import grade
-    from .report import terminal, write_json
     from .submission import locate
 
     try:
@@ -26,7 +24,13 @@ def _grade(args) -> int:
         if unknown:
             print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
             return 2
-    res = grade(sub, stages, seed=args.seed, timeout=args.timeout)
+    from .sandbox import prestart
+
+    workers = prestart(sub, stages, args.timeout)  # children load numpy/torch while the checks are imported
+    from .grade import grade
+    from .report import terminal, write_json
+
+    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers)
     print(terminal(res, verbose=args.verbose, color=sys.stdout.isatty()))
     if stages is None:  # remembered for `make hint`
         try:

@@ -187,9 +187,12 @@ def reference():
 
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
-          ref=None, mistakes=None, public_only: bool = False) -> Results:
+          ref=None, mistakes=None, public_only: bool = False, zygote=None,
+          workers: dict | None = None) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
-    public_only skips the hidden checks (as the student repo, which does not have them, does)."""
+    public_only skips the hidden checks (as the student repo, which does not have them, does);
+    a zygote (sandbox.Zygote) forks the torch child instead of starting a new interpreter (batches);
+    `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
     t0 = time.monotonic()
     submission = Path(submission).resolve()
     if ref is None:
@@ -200,7 +203,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     found: dict[str, list[CheckResult]] = {}
 
     def run_group(names: list[str], torch: bool) -> None:
-        worker = Worker(submission, timeout=timeout)
+        worker = (workers or {}).get("torch" if torch else "numpy") or \
+            Worker(submission, timeout=timeout, zygote=zygote if torch else None)
         api = StudentAPI(worker)
         try:
             if torch:

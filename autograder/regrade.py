@@ -18,6 +18,7 @@ from .grade import grade
 from .gradescope import derive_seed
 from .registry import STAGES
 from .report import results_json
+from .sandbox import Zygote
 from .submission import locate
 
 
@@ -25,10 +26,10 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
 
 
-def grade_one(path: Path, secret: str | None, seed: int, timeout: float) -> dict:
+def grade_one(path: Path, secret: str | None, seed: int, timeout: float, zygote: Zygote | None) -> dict:
     try:
         sub = locate(path)
-        res = grade(sub, seed=derive_seed(secret, sub) if secret else seed, timeout=timeout)
+        res = grade(sub, seed=derive_seed(secret, sub) if secret else seed, timeout=timeout, zygote=zygote)
         return {"results": results_json(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         return {"results": None, "error": f"{type(e).__name__}: {e}"}
@@ -61,8 +62,18 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
+    zygote = Zygote()  # imports torch once; every submission's torch child is forked from it
+    try:
+        _run(subs, jobs, secret, seed, timeout, zygote, out, rows, progress)
+    finally:
+        zygote.close()
+    _write_csv(out, rows)
+    return out
+
+
+def _run(subs, jobs, secret, seed, timeout, zygote, out, rows, progress) -> None:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
+        futures = {pool.submit(grade_one, p, secret, seed, timeout, zygote): p for p in subs}
         for fut in as_completed(futures):
             p = futures[fut]
             r = fut.result()
@@ -70,6 +81,9 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
             if r["results"] is not None:
                 (out / f"{p.stem}.json").write_text(json.dumps(r["results"], indent=1))
             progress.step(p.name)
+
+
+def _write_csv(out: Path, rows: dict) -> None:
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["submission", "total", *[s.name for s in STAGES], "error"])
@@ -80,4 +94,3 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
                 continue
             st = r["results"]["extra_data"]["stages"]
             w.writerow([name, r["results"]["score"], *[st.get(s.name, {}).get("score", 0) for s in STAGES], ""])
-    return out

@@ -5,6 +5,7 @@ A call that hangs or kills the child raises StudentTimeout / StudentCrash here;
 the caller decides what that costs, and a new child is started for what comes next.
 """
 import itertools
+import json
 import os
 import resource
 import secrets
@@ -15,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 from . import wire
 
 HERE = Path(__file__).resolve().parent
-CHILD_FILES = ("worker.py", "wire.py", "drivers.py", "np_drivers.py")  # all of the grader a child can see
+CHILD_FILES = ("worker.py", "wire.py", "drivers.py", "np_drivers.py", "zygote.py")  # all of the grader a child can see
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS
@@ -113,11 +115,55 @@ def kill_everything(token: str, uid: int | None) -> None:
                 continue
 
 
-class Worker:
-    """One child process holding the student's package, started lazily, restarted after a crash."""
+def copy_child_files(dest: Path) -> Path:
+    """dest/autograder/ with the only grader files a child may see; returns the worker script."""
+    grader = dest / "autograder"
+    grader.mkdir(parents=True)
+    (grader / "__init__.py").write_text("")
+    for name in CHILD_FILES:
+        shutil.copy2(HERE / name, grader / name)
+    return grader / "worker.py"
 
-    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None) -> None:
+
+class Zygote:
+    """A fork server (autograder.zygote) that has imported numpy and torch once; for batches."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
+        script = copy_child_files(self.home).with_name("zygote.py")
+        self.home.chmod(0o755)
+        env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+        self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(script)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, cwd=self.home, env=env, start_new_session=True)
+        self.lock = threading.Lock()
+        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("the fork server did not start")
+
+    def ask(self, req: dict) -> dict:
+        with self.lock:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+            return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Worker:
+    """One child process holding the student's package, started lazily, restarted after a crash.
+
+    Started with subprocess, or forked by a Zygote (batches: torch is already imported there)."""
+
+    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None,
+                 zygote: "Zygote | None" = None) -> None:
         self.submission = Path(submission)
+        self.zygote = zygote
+        self.pid: int | None = None
         self.limits = limits or Limits(timeout_s=timeout)
         self.timeout = self.limits.timeout_s
         self.proc: subprocess.Popen | None = None
@@ -127,25 +173,34 @@ class Worker:
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
         self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-"))
-        grader = self.scratch / "_grader" / "autograder"
-        grader.mkdir(parents=True)
-        (grader / "__init__.py").write_text("")
-        for name in CHILD_FILES:
-            shutil.copy2(HERE / name, grader / name)
+        worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
         for f in self.submission.glob("*.py"):
             shutil.copy2(f, pkg_dir / f.name)
-        req_r, self._req_w = os.pipe()
-        self._res_r, res_w = os.pipe()
         self._log = open(self.scratch / "output.txt", "wb")
         self.token = secrets.token_hex(8)
         self.uid = sandbox_uid()
         env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
+        if self.zygote:
+            os.mkfifo(self.scratch / "requests")
+            os.mkfifo(self.scratch / "results")
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
+        self._buf, self._ready = b"", False
+        if self.zygote:
+            self._res_r = os.open(self.scratch / "results", os.O_RDONLY | os.O_NONBLOCK)
+            self.pid = self.zygote.ask({"fork": {
+                "scratch": str(self.scratch), "log": str(self.scratch / "output.txt"), "env": env, "uid": self.uid,
+                "limits": vars(self.limits), "pkg_dir": str(pkg_dir), "pkg": PACKAGE,
+                "req_fifo": str(self.scratch / "requests"), "res_fifo": str(self.scratch / "results")}})["pid"]
+            self._req_w = os.open(self.scratch / "requests", os.O_RDWR)  # never blocks, even before the child opens
+            self.proc = True
+            return
+        req_r, self._req_w = os.pipe()
+        self._res_r, res_w = os.pipe()
         limits, uid = self.limits, self.uid
 
         def enter_sandbox() -> None:
@@ -160,24 +215,24 @@ class Worker:
                 os.setuid(uid)
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", str(grader / "worker.py"), str(pkg_dir), PACKAGE, str(req_r), str(res_w)],
+            [sys.executable, "-I", "-B", str(worker_py), str(pkg_dir), PACKAGE, str(req_r), str(res_w)],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             pass_fds=(req_r, res_w), cwd=self.scratch, env=env,
             start_new_session=True, preexec_fn=enter_sandbox,  # noqa: PLW1509
         )
+        self.pid = self.proc.pid
         os.close(req_r)
         os.close(res_w)
-        self._buf = b""
 
     def close(self) -> None:
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         kill_everything(self.token, self.uid)
-        self.proc.wait()
+        self._reap()
         for fd in (self._req_w, self._res_r):
             try:
                 os.close(fd)
@@ -186,6 +241,15 @@ class Worker:
         self._log.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc = None
+
+    def _reap(self, timeout: float | None = None) -> int | None:
+        """The child's exit code (negative: the signal), None if it is still running."""
+        if self.zygote:
+            return self.zygote.ask({"wait": self.pid})["status"]
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def output_tail(self, n: int = 600) -> str:
         try:
@@ -205,7 +269,12 @@ class Worker:
             os.write(self._req_w, wire.dumps({"id": req_id, "target": target, "args": list(args), "kwargs": kwargs}))
         except BrokenPipeError:
             raise self._died("the child process had already exited") from None
-        line = self._read_line(timeout if timeout is not None else self.timeout)
+        limit = timeout if timeout is not None else self.timeout
+        if not self._ready:  # the child's first line says it has loaded
+            if wire.loads(self._read_line(limit)).get("value") != "ready":
+                raise self._died("the child did not start properly")
+            self._ready = True
+        line = self._read_line(limit)
         reply = wire.loads(line)
         if reply.get("id") != req_id:
             raise self._died("the child answered out of turn")
@@ -222,19 +291,24 @@ class Worker:
                 raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow)")
             ready, _, _ = select.select([self._res_r], [], [], left)
             if ready:
-                chunk = os.read(self._res_r, 1 << 20)
+                try:
+                    chunk = os.read(self._res_r, 1 << 20)
+                except BlockingIOError:
+                    continue
                 if not chunk:
+                    if self.zygote and not self._ready:  # a FIFO reads as ended until the child opens it
+                        time.sleep(0.005)
+                        continue
                     raise self._died("the process exited")
                 self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return line
 
     def _died(self, why: str) -> StudentCrash:
-        try:
-            code = self.proc.wait(timeout=2) if self.proc else None
-        except subprocess.TimeoutExpired:
-            code = None
         tail = self.output_tail()
+        if self.zygote:
+            time.sleep(0.05)  # let it finish dying, so the fork server can report how
+        code = self._reap(timeout=2)
         self.close()
         if code is None or code >= 0:
             detail = f"exit code {code}"
@@ -244,3 +318,17 @@ class Worker:
         if tail.strip():
             msg += "; its last output: " + tail.strip()[-300:]
         return StudentCrash(msg)
+
+
+def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:
+    """Start the children now, so their interpreters load numpy (and torch) while the grader
+    imports its checks: the two start-ups overlap instead of adding up."""
+    from .registry import STAGE as _S
+
+    names = stages or list(_S)
+    out = {}
+    for kind, wanted in (("numpy", [n for n in names if not _S[n].torch]), ("torch", [n for n in names if _S[n].torch])):
+        if wanted:
+            out[kind] = Worker(Path(submission).resolve(), timeout=timeout)
+            out[kind].start()
+    return out

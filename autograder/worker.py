@@ -1,4 +1,5 @@
-"""The child process that runs student code. Started by autograder.sandbox, never by hand.
+"""The child process that runs student code. Started by autograder.sandbox (or forked by
+autograder.zygote), never by hand.
 
 argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD
 Reads one JSON request per line from REQUEST_FD, calls "module:function" in the
@@ -66,12 +67,11 @@ def to_plain(value):
     return value
 
 
-def main() -> None:
-    sub_dir, pkg, req_fd, res_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def serve(sub_dir: str, pkg: str, requests, results) -> None:
+    """Answer requests until the parent closes the pipe. The first line says the child is ready."""
     sub_dir = os.path.realpath(sub_dir)
     load_package(sub_dir, pkg)
-    requests = os.fdopen(req_fd, "rb")
-    results = os.fdopen(res_fd, "wb", buffering=0)
+    results.write(wire.dumps({"id": 0, "ok": True, "value": "ready"}))
     for line in requests:
         req = wire.loads(line)
         try:
@@ -92,6 +92,11 @@ def main() -> None:
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno}})
         sys.stdout.flush()
         results.write(reply)
+
+
+def main() -> None:
+    sub_dir, pkg, req_fd, res_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    serve(sub_dir, pkg, os.fdopen(req_fd, "rb"), os.fdopen(res_fd, "wb", buffering=0))
 
 
 if __name__ == "__main__":

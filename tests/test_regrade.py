@@ -24,3 +24,21 @@ def test_regrade_folder(tmp_path):
     assert rows["dave.zip"]["error"]
     carol = json.loads((out / "carol.json").read_text())
     assert any(t["extra_data"]["diagnosis"] == "mask-top-left" for t in carol["tests"])
+
+
+def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
+    """Forked from the fork server, a torch child still crashes alone, times out alone, and is swept."""
+    from conftest import grade
+
+    from autograder.sandbox import Zygote
+
+    z = Zygote()
+    try:
+        sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", "        import os; os._exit(7)\n")]})
+        res = grade(sub, stages=["kv_cache", "fused"], zygote=z)
+        assert any("exit code 7" in r.message for r in res.stages["kv_cache"].checks)
+        assert res.stages["fused"].status == "passed"
+        full = grade(SOLUTIONS, zygote=z)
+        assert full.score == 100 and full.bonus_score == 30
+    finally:
+        z.close()

@@ -1,0 +1,90 @@
+"""Fork server for batch grading: it imports numpy and torch (and torch._dynamo, which the first
+FLOP count would import) once, then forks a fresh worker child per request, so a regrade does not
+pay the torch import for every submission. It never runs student code itself: each forked child
+drops to its limits and uid before it loads a submission.
+
+Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": pid} -> {"status": code}.
+"""
+import ctypes
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy  # noqa: E402,F401
+import torch  # noqa: E402,F401
+import torch._dynamo  # noqa: E402,F401
+import torch.utils.flop_counter  # noqa: E402,F401
+
+from autograder import drivers, np_drivers, wire, worker  # noqa: E402,F401
+
+
+def become_worker(req: dict) -> None:
+    """In the forked child: limits, output, environment, uid; then serve requests."""
+    os.setsid()
+    lim = req["limits"]
+    resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 5))
+    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_bytes"], lim["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["output_bytes"], lim["output_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    log = os.open(req["log"], os.O_WRONLY | os.O_APPEND)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.closerange(3, 4096)  # nothing of the zygote's (its control pipe) stays open in the child
+    os.chdir(req["scratch"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    uid = req["uid"]
+    if uid is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (lim["processes"], lim["processes"]))
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        # setuid without exec leaves the process non-dumpable, so its /proc/self files stay root's; the
+        # memory check resets its own peak through /proc/self/clear_refs. (Core dumps are off: RLIMIT_CORE.)
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
+    requests = open(req["req_fifo"], "rb")
+    results = open(req["res_fifo"], "wb", buffering=0)
+    worker.serve(req["pkg_dir"], req["pkg"], requests, results)
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints cannot reach the control pipe
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        req = json.loads(line)
+        if "fork" in req:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    become_worker(req["fork"])
+                finally:
+                    os._exit(0)
+            reply = {"pid": pid}
+        else:
+            pid, status, deadline = req["wait"], None, time.monotonic() + 2
+            while time.monotonic() < deadline:
+                try:
+                    done, code = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done:
+                    status = os.waitstatus_to_exitcode(code)
+                    break
+                time.sleep(0.005)
+            reply = {"status": status}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

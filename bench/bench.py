@@ -1,0 +1,114 @@
+"""make bench: feedback latency, batch throughput and the Gradescope run, each against a floor
+measured in the same run. Prints a table and writes bench/results.json. Figures, not assertions:
+the machines are shared and noisy, so each is the median of several runs.
+
+    python bench/bench.py [--runs 5] [--batch 40] [--quick]
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the catalogue mutants live beside the tests
+PY = sys.executable
+
+
+def timed(cmd: list[str], runs: int, cwd: Path = ROOT, env: dict | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                       env={**os.environ, **(env or {})})
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def make_batch(folder: Path, n: int) -> None:
+    """n submissions: copies of the solutions and of the catalogued mistakes, round robin."""
+    from conftest import variant
+    from test_diagnosis import MUTANTS
+
+    kinds = [None, *sorted(MUTANTS)]
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        dest = folder / f"sub{i:03d}"
+        if kind is None:
+            shutil.copytree(ROOT / "solutions", dest)
+        else:
+            tmp = Path(tempfile.mkdtemp())
+            shutil.move(str(variant(tmp, MUTANTS[kind][0])), dest)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--batch", type=int, default=40)
+    p.add_argument("--quick", action="store_true", help="3 runs and a batch of 12")
+    args = p.parse_args()
+    if args.quick:
+        args.runs, args.batch = 3, 12
+    rows = []
+
+    def row(name, seconds, floor_name, floor, target=None, note=""):
+        rows.append({"measure": name, "seconds": round(seconds, 3), "floor": floor_name,
+                     "floor_seconds": round(floor, 3), "ratio": round(seconds / floor, 2), "target": target, "note": note})
+
+    floor_np_torch = timed([PY, "-c", "import numpy, torch"], args.runs)
+    floor_np = timed([PY, "-c", "import numpy"], args.runs)
+    grade = [PY, "-m", "autograder", "grade", "--submission", "solutions"]
+    row("make grade (solutions, all stages)", timed(grade, args.runs), "import numpy, torch", floor_np_torch, "<= 2x")
+    row("make grade STAGE=softmax", timed(grade + ["--stage", "softmax"], args.runs), "import numpy", floor_np,
+        "<= 3x and < 1 s")
+
+    from autograder.build import autograder_zip, gradescope_local
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        z = autograder_zip(tmp / "autograder.zip", "bench-secret")
+        t = []
+        for i in range(args.runs):
+            t0 = time.perf_counter()
+            gradescope_local(ROOT / "solutions", z, tmp / f"gs{i}", python=PY)
+            t.append(time.perf_counter() - t0)
+        row("Gradescope run_autograder (one submission)", statistics.median(t), "import numpy, torch", floor_np_torch)
+
+        batch = tmp / "batch"
+        batch.mkdir()
+        make_batch(batch, args.batch)
+        per_min = {}
+        for jobs in (1, os.cpu_count() or 1):
+            if jobs in per_min:
+                continue
+            t0 = time.perf_counter()
+            subprocess.run([PY, "-m", "autograder", "regrade", str(batch), "--jobs", str(jobs), "--out",
+                            str(tmp / f"out{jobs}")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            per_min[jobs] = args.batch / (time.perf_counter() - t0) * 60
+        cores = os.cpu_count() or 1
+    throughput = {"submissions": args.batch, "per_minute_1_core": round(per_min[1], 1),
+                  f"per_minute_{cores}_cores": round(per_min[cores], 1),
+                  "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear"}
+    machine = {"cpu": platform.processor() or platform.machine(), "cores": cores, "python": platform.python_version()}
+    print(f"{'measure':<44} {'median s':>9} {'floor':>20} {'floor s':>8} {'ratio':>6}  target")
+    for r in rows:
+        print(f"{r['measure']:<44} {r['seconds']:>9.3f} {r['floor']:>20} {r['floor_seconds']:>8.3f} "
+              f"{r['ratio']:>6.2f}  {r['target'] or ''}")
+    print(f"\nregrade of {args.batch} submissions: {throughput['per_minute_1_core']}/min on 1 core, "
+          f"{throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']})")
+    out = ROOT / "bench" / "results.json"
+    out.write_text(json.dumps({"machine": machine, "latency": rows, "throughput": throughput}, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
