@@ -68,3 +68,6 @@ regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...
 .PHONY: bench gpu-check
 bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not a test
 	$(PY) bench/bench.py $(if $(QUICK),--quick)
+
+gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused-kernel proof, cost table
+	$(PY) bench/gpu_check.py

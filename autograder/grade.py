@@ -33,6 +33,7 @@ class CheckResult:
     origin: str | None = None  # the stage whose code raised it
     diagnosis: str | None = None
     not_run: bool = False
+    note: str = ""  # what a passing check measured (costs), shown in the report
 
     @property
     def score(self) -> float:
@@ -123,8 +124,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             continue
         try:
             with np.errstate(all="ignore"):  # student values may be NaN or inf; the checks say so in words
-                c.fn(api, ctx.for_check(c.visibility))
-            results.append(CheckResult(c, True))
+                note = c.fn(api, ctx.for_check(c.visibility))
+            results.append(CheckResult(c, True, note=note if isinstance(note, str) else ""))
         except Fail as f:
             results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis))
         except StudentError as e:

@@ -119,6 +119,10 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     if shown < full:
         lines.append(f"      (public checks only: the other {_num(full - shown)} of {full} points are "
                      "hidden checks, run by the autograder when you submit)")
+    notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
+    if notes:
+        lines.append("")
+        lines.extend(f"  {stage}: {note}" for stage, note in notes)
     for sr in res.stages.values():
         lines.extend(_failures(sr, res, verbose, c))
     lines += ["", c("1", "Next step: ") + next_step(res)]
@@ -163,7 +167,7 @@ def results_json(res: Results) -> dict:
     for sr in res.stages.values():
         for r in sr.checks:
             c = r.check
-            output = "passed" if r.passed else r.message
+            output = ("passed" + (f". {r.note}" if r.note else "")) if r.passed else r.message
             if sr.status == "blocked" and not r.passed:
                 output = f"blocked by {sr.blocked_by}: {output}"
             tests.append({

@@ -60,3 +60,27 @@ def test_locate_finds_nested_exercises(tmp_path):
     (tmp_path / "repo" / "exercises" / "softmax.py").write_text("")
     assert locate(tmp_path / "repo") == tmp_path / "repo" / "exercises"
     assert locate(ROOT) == ROOT / "exercises"
+
+
+def test_gpu_check_without_cuda_claims_nothing():
+    import subprocess
+    import sys
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: run `make gpu-check` itself")
+    p = subprocess.run([sys.executable, "bench/gpu_check.py"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "no CUDA device" in p.stdout and "nothing was checked" in p.stdout
+
+
+def test_gpu_check_script_runs_its_checks_on_cpu():
+    """The same code the GPU run uses, on the CPU in float32: catches a broken script without a GPU."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "bench/gpu_check.py", "--cpu-smoke"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("ok ") == 5

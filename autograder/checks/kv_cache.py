@@ -91,6 +91,12 @@ def decode_step_cost_linear(api, ctx):
         raise Fail(f"one decode step costs {table}: the cost does not grow with the cache at all, so the new "
                    "query is not attending to the cached keys")
     ratio = d2 / d1  # 3 for a + b L; 5 for a quadratic term that dominates
+    C = 32
+    naive = [2 * (L + 1) * C * 4 * C + 2 * 2 * (L + 1) ** 2 * C for L in lengths]  # no cache: redo every token
+    note = (f"cost of one decode step: {f[0]:,} FLOPs with {lengths[0]} cached tokens, {f[2]:,} with {lengths[2]} "
+            f"(x{f[2] / f[0]:.1f}); recomputing everything instead: {naive[0]:,} and {naive[2]:,} "
+            f"(x{naive[2] / naive[0]:.1f})")
     if ratio > 3.5:
         raise diagnosed("cache-quadratic-step", f"one decode step costs {table}: growth from 64 to 256 is {ratio:.2f}x the growth from 64 to 128 "
                    "(linear cost gives 3.0); the step redoes work for every cached position pair")
+    return note
