@@ -71,3 +71,9 @@ bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not
 
 gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused-kernel proof, cost table
 	$(PY) bench/gpu_check.py
+
+.PHONY: watch report
+watch: $(VENV)/.student  ## re-grade on every save (Ctrl-C to stop)
+	@$(PY) -m autograder watch --submission $(SUBMISSION)
+report: $(VENV)/.student  ## grade and write report.html: the stage table, failing cells, attention heatmaps
+	@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html $(if $(STAGE),--stage $(STAGE))

@@ -59,7 +59,7 @@ def record_fixtures() -> dict:
 
     store: dict = {}
     res = grade(ROOT / "solutions", ref=Recorder(RefAPI, "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
-                public_only=True)
+                public_only=True, pictures=True)
     if res.score != res.max_score:
         bad = [r.check.id for s in res.stages.values() for r in s.checks if not r.passed]
         raise RuntimeError(f"the solutions fail public checks: {bad}")
@@ -74,7 +74,7 @@ PY     := $(VENV)/bin/python
 SUBMISSION ?= exercises
 STAGE  ?=
 
-.PHONY: grade hint submit worked help
+.PHONY: grade hint submit worked watch report help
 
 help:
 \t@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
@@ -98,6 +98,12 @@ submit: $(VENV)/.student
 
 worked: $(VENV)/.student
 \t@$(PY) -m autograder worked
+
+watch: $(VENV)/.student
+\t@$(PY) -m autograder watch --submission $(SUBMISSION)
+
+report: $(VENV)/.student
+\t@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html
 """
 
 STUDENT_README = """\
@@ -112,6 +118,8 @@ make grade                  # set up .venv on first use, grade exercises/, print
 make grade STAGE=masking    # one stage
 make hint                   # a nudge for the stage you are on (run again for a bigger one)
 make submit                 # writes submission.zip: upload it
+make watch                  # re-grade every time you save
+make report                 # report.html: failing cells marked, heatmaps of your attention weights
 ```
 
 Work in `exercises/`, stage by stage (softmax.py, scores.py, projections.py, scaling.py, masking.py,

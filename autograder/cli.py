@@ -9,6 +9,13 @@ from .registry import STAGE
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def use_color() -> bool:
+    """Colour on a terminal, plain text when piped or when NO_COLOR is set (no-color.org)."""
+    import os
+
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 def _grade(args) -> int:
     from .submission import locate
 
@@ -30,8 +37,8 @@ def _grade(args) -> int:
     from .grade import grade
     from .report import terminal, write_json
 
-    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers)
-    print(terminal(res, verbose=args.verbose, color=sys.stdout.isatty()))
+    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))
+    print(terminal(res, verbose=args.verbose, color=use_color()))
     if stages is None:  # remembered for `make hint`
         try:
             (sub.parent / ".grade-state.json").write_text(json.dumps({n: s.status for n, s in res.stages.items()}))
@@ -39,7 +46,19 @@ def _grade(args) -> int:
             pass
     if args.json:
         write_json(res, Path(args.json))
+    if args.html:
+        from .html_report import write_html
+
+        write_html(res, Path(args.html))
+        print(f"wrote {args.html}")
     return 0
+
+
+def _watch(args) -> int:
+    from .submission import locate
+    from .watch import watch
+
+    return watch(locate(Path(args.submission)), args.interval, args.timeout, color=use_color())
 
 
 def _hint(args) -> int:
@@ -92,10 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with the stage modules, or a zip")
     g.add_argument("--stage", help="grade only these stages (comma-separated)")
     g.add_argument("--json", help="write Gradescope-format results to this file")
+    g.add_argument("--html", help="also write a self-contained HTML report with heatmaps to this file")
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
     g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")
     g.set_defaults(fn=_grade)
+    wt = sub.add_parser("watch", help="re-grade the affected stages whenever a file is saved")
+    wt.add_argument("--submission", default=str(ROOT / "exercises"))
+    wt.add_argument("--interval", type=float, default=0.3)
+    wt.add_argument("--timeout", type=float, default=10.0)
+    wt.set_defaults(fn=_watch)
     h = sub.add_parser("hint", help="the next hint for the first unfinished stage (or STAGE)")
     h.add_argument("stage", nargs="?")
     h.add_argument("--submission", default=str(ROOT / "exercises"))

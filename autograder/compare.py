@@ -7,9 +7,10 @@ RTOL, ATOL = 1e-4, 1e-5  # fp32 tolerance used by every reference check unless i
 class Fail(Exception):
     """A check failed. `diagnosis` is a catalogue id when the mistake is recognised."""
 
-    def __init__(self, message: str, diagnosis: str | None = None) -> None:
+    def __init__(self, message: str, diagnosis: str | None = None, arrays: dict | None = None) -> None:
         super().__init__(message)
         self.diagnosis = diagnosis
+        self.arrays = arrays  # {"expected", "got", "limit"}: a small 2-D view for the HTML report
 
 
 def fmt(a, decimals: int = 4) -> str:
@@ -55,9 +56,24 @@ def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL
         from .diagnosis import diagnose, explain
 
         found = diagnose(got, expected, mistakes, ignore_nan_in_mistakes)
-        if found:
-            raise Fail(f"{explain(found)}\n{f}", diagnosis=found) from None
-        raise
+        arrays = _view(got, expected, atol, rtol)
+        raise Fail(f"{explain(found)}\n{f}" if found else str(f), diagnosis=found, arrays=arrays) from None
+
+
+def _view(got, expected, atol: float, rtol: float) -> dict | None:
+    """The last two axes of the first batch entry (up to 12 x 12), for a table with the bad cells marked."""
+    try:
+        g, e = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if g.shape != e.shape or g.ndim == 0:
+        return None
+    while g.ndim > 2:
+        g, e = g[0], e[0]
+    g, e = np.atleast_2d(g)[:12, :12], np.atleast_2d(e)[:12, :12]
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(g - e) <= atol + rtol * np.abs(e)) & ~((g == e) & np.isinf(e))
+    return {"expected": e.tolist(), "got": g.tolist(), "bad": bad.tolist()}
 
 
 def _check_close(got, expected, what: str, rtol: float, atol: float, inputs: str) -> None:

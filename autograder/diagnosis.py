@@ -109,13 +109,13 @@ def explain(mistake_id: str) -> str:
     return f"diagnosis {m.id}: {m.explanation} (reread {m.reread})"
 
 
-def diagnosed(mistake_id: str | None, message: str):
+def diagnosed(mistake_id: str | None, message: str, arrays: dict | None = None):
     """A compare.Fail naming a mistake that a measurement showed (or a plain one for None)."""
     from .compare import Fail
 
     if mistake_id is None:
-        return Fail(message)
-    return Fail(f"{explain(mistake_id)}\n{message}", diagnosis=mistake_id)
+        return Fail(message, arrays=arrays)
+    return Fail(f"{explain(mistake_id)}\n{message}", diagnosis=mistake_id, arrays=arrays)
 
 
 def close(got, want, ignore_nan_in_want: bool = False) -> bool:

@@ -34,6 +34,7 @@ class CheckResult:
     diagnosis: str | None = None
     not_run: bool = False
     note: str = ""  # what a passing check measured (costs), shown in the report
+    arrays: dict | None = None  # expected / got / bad cells of the first mismatch (HTML report)
 
     @property
     def score(self) -> float:
@@ -72,6 +73,7 @@ class Results:
     seed: int
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
 
     def _core(self, bonus: bool) -> list[StageResult]:
         return [s for n, s in self.stages.items() if STAGE[n].bonus == bonus]
@@ -127,7 +129,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                 note = c.fn(api, ctx.for_check(c.visibility))
             results.append(CheckResult(c, True, note=note if isinstance(note, str) else ""))
         except Fail as f:
-            results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis))
+            results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis, arrays=f.arrays))
         except StudentError as e:
             results.append(CheckResult(c, False, describe_error(e.info, submission), error=e.info,
                                        origin=origin_of(e.info)))
@@ -189,7 +191,7 @@ def reference():
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
-          workers: dict | None = None) -> Results:
+          workers: dict | None = None, pictures: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only skips the hidden checks (as the student repo, which does not have them, does);
     a zygote (sandbox.Zygote) forks the torch child instead of starting a new interpreter (batches);
@@ -201,7 +203,10 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     ctx = Context(seed, ref, mistakes, submission)
     wanted = [s for s in STAGES if stages is None or s.name in stages]
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
+    if pictures and not groups[0]:
+        groups[0] = []  # the pictures need the numpy child even when only torch stages are graded
     found: dict[str, list[CheckResult]] = {}
+    drawn: dict = {}
 
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
@@ -219,10 +224,15 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                     return
             for name in names:
                 found[name] = run_stage(api, ctx, name, submission, public_only)
+            if pictures and not torch:
+                from . import pictures as pics
+
+                drawn.update(pics.collect(api, ctx.ref))
         finally:
             worker.close()
 
-    threads = [threading.Thread(target=run_group, args=(g, i == 1)) for i, g in enumerate(groups) if g]
+    threads = [threading.Thread(target=run_group, args=(g, i == 1)) for i, g in enumerate(groups)
+               if g or (i == 0 and pictures)]
     for t in threads:
         t.start()
     for t in threads:
@@ -232,4 +242,4 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         sr = StageResult(s.name, found[s.name])
         decide_status(sr, done)
         done[s.name] = sr
-    return Results(submission, done, seed, time.monotonic() - t0)
+    return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn)

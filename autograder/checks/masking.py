@@ -44,7 +44,9 @@ def causal_mask_reference(api, ctx):
             raise diagnosed(found[0] if found else None,
                             f"causal_mask{args}: query {i} {'may' if got[i, j] else 'may not'} see key {j}, "
                             f"but it {'may' if want[i, j] else 'may not'} (query i sees keys j <= n_k - n_q + i)."
-                            f"\nexpected:\n{want.astype(int)}\ngot:\n{got.astype(int)}")
+                            f"\nexpected:\n{want.astype(int)}\ngot:\n{got.astype(int)}",
+                            arrays={"expected": want.astype(int).tolist(), "got": got.astype(int).tolist(),
+                                    "bad": (got != want).tolist()})
 
 
 @check(S, 1, "reference")

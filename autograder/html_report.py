@@ -1,0 +1,129 @@
+"""One self-contained HTML report: the stage table, each failing check with the differing cells
+marked, and heatmaps of the student's attention weights beside the reference's (`--html FILE`,
+`make report`). Images are inline PNGs drawn with matplotlib; nothing is fetched to view it."""
+import base64
+import html
+import io
+from pathlib import Path
+
+import numpy as np
+
+from .diagnosis import CATALOGUE
+from .grade import Results
+from .hints import HINTS
+from .registry import STAGE, STAGES
+from .report import STATUS_WORD, blocked_note, next_step
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3}td.name{text-align:left}.passed{background:#dff5df}.failed{background:#fbdada}
+.not_started{background:#eee;color:#666}.blocked{background:#fff1c9}.bad{background:#f7a3a3;font-weight:bold}
+.next{font-size:1.1em;padding:.6em;border-left:4px solid #36c;background:#eef3fc}pre{white-space:pre-wrap}
+.check{margin:1em 0;padding:.5em 1em;border:1px solid #ddd}.diag{color:#a11;font-weight:bold}
+img{max-width:100%}figure{margin:1em 0}figcaption{color:#555}
+"""
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def heatmap_figure(item: dict) -> str:
+    """Yours | reference | |difference|, with the token labels on the axes; a data: URI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, cols = item["labels"]
+    panels = [("yours", item["student"]), ("reference", item["reference"])]
+    if item["student"] is not None and np.shape(item["student"]) == np.shape(item["reference"]):
+        panels.append(("|difference|", np.abs(np.asarray(item["student"]) - np.asarray(item["reference"]))))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2))
+    for ax, (name, m) in zip(np.atleast_1d(axes), panels):
+        ax.set_title(name)
+        if m is None:
+            ax.text(0.5, 0.5, "not available:\n" + (item["error"] or "")[:80], ha="center", va="center", wrap=True)
+            ax.set_axis_off()
+            continue
+        m = np.asarray(m, dtype=float)
+        diff = name == "|difference|"  # rounding-level differences (1e-16) stay white
+        im = ax.imshow(m, cmap="Reds" if diff else "viridis", vmin=0,
+                       vmax=max(0.05, float(np.nanmax(m))) if diff else max(1.0, float(np.nanmax(m))))
+        ax.set_xticks(range(m.shape[1]), cols[: m.shape[1]], rotation=45)
+        ax.set_yticks(range(m.shape[0]), rows[: m.shape[0]])
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if diff or m[i, j] >= 0.5 * np.nanmax(m) else "white")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    uri = "data:image/png;base64," + _png(fig)
+    plt.close(fig)
+    return uri
+
+
+def _cells(a: dict) -> str:
+    def table(key: str) -> str:
+        rows = []
+        for i, row in enumerate(a[key]):
+            tds = "".join(f'<td class="{"bad" if a["bad"][i][j] else ""}">{v:.4g}</td>' for j, v in enumerate(row))
+            rows.append(f"<tr>{tds}</tr>")
+        return f"<table><caption>{key}</caption>{''.join(rows)}</table>"
+
+    return f'<div style="display:flex;gap:2em">{table("expected")}{table("got")}</div>'
+
+
+def _without_diagnosis_line(message: str) -> str:
+    return "\n".join(line for line in message.splitlines() if not line.startswith("diagnosis "))
+
+
+def render(res: Results) -> str:
+    e = html.escape
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
+           f"<style>{CSS}</style></head><body>",
+           f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(str(res.submission))}</code> "
+           f"(seed {res.seed})</p>",
+           "<table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>status</th></tr>"]
+    for s in STAGES:
+        sr = res.stages.get(s.name)
+        if sr is None:
+            continue
+        status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
+        out.append(f"<tr class='{sr.status}'><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}"
+                   f"</td><td>{sr.score:g}/{sr.max_score:g}</td><td class='name'>{e(status)}</td></tr>")
+    out.append(f"<tr><th></th><th>total</th><th>{res.score:g}/{res.max_score:g}</th><th></th></tr></table>")
+    out.append(f"<p class='next'><b>Next step:</b> {e(next_step(res))}</p>")
+
+    failing = [(sr, r) for sr in res.stages.values() for r in sr.checks if not r.passed and not r.not_run]
+    if failing:
+        out.append("<h2>Failing checks</h2>")
+    for sr, r in failing[:40]:
+        diag = ""
+        if r.diagnosis:
+            m = CATALOGUE[r.diagnosis]
+            diag = (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
+                    f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
+        out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
+                   f"<pre>{e(_without_diagnosis_line(r.message))}</pre>{_cells(r.arrays) if r.arrays else ''}</div>")
+
+    if res.pictures:
+        out.append("<h2>Pictures: “she saw the cat”</h2>")
+        for name, item in res.pictures.items():
+            out.append(f"<figure id='pic-{name}'><img class='heatmap' alt='{e(item['title'])}' "
+                       f"src='{heatmap_figure(item)}'><figcaption>{e(item['title'])}</figcaption></figure>")
+
+    out.append("<h2>Hints</h2>")
+    for s in STAGES:
+        if s.name in res.stages and res.stages[s.name].status != "passed":
+            out.append(f"<details id='hint-{s.name}'><summary>stage {s.number}: {s.name}</summary><ol>"
+                       + "".join(f"<li>{e(h)}</li>" for h in HINTS[s.name]) + "</ol></details>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write_html(res: Results, path: Path) -> None:
+    Path(path).write_text(render(res))
