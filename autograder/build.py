@@ -54,12 +54,17 @@ def record_fixtures() -> dict:
     """Run the public checks on the solutions with the reference recorded: their expected values."""
     from attn_ref import RefAPI, mistakes
 
+    from . import compare
     from .fixtures import Recorder
     from .grade import grade
 
     store: dict = {}
-    res = grade(ROOT / "solutions", ref=Recorder(RefAPI, "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
-                public_only=True, pictures=True)
+    compare.EAGER_MISTAKES = True  # the student repo must be able to diagnose without attn_ref
+    try:
+        res = grade(ROOT / "solutions", ref=Recorder(RefAPI, "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
+                    public_only=True, pictures=True)
+    finally:
+        compare.EAGER_MISTAKES = False
     if res.score != res.max_score:
         bad = [r.check.id for s in res.stages.values() for r in s.checks if not r.passed]
         raise RuntimeError(f"the solutions fail public checks: {bad}")

@@ -2,6 +2,7 @@
 import numpy as np
 
 RTOL, ATOL = 1e-4, 1e-5  # fp32 tolerance used by every reference check unless it says otherwise
+EAGER_MISTAKES = False  # set while recording fixtures: compute every mistake variant, failing or not
 
 
 class Fail(Exception):
@@ -47,15 +48,18 @@ def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL
                 mistakes: dict | None = None, ignore_nan_in_mistakes: bool = False) -> None:
     """Raise Fail unless `got` matches `expected` elementwise (same shape, finite where expected is).
 
-    `mistakes` maps catalogue ids to what that mistake would return; a failure whose output
-    matches one of them carries that id as its diagnosis.
+    `mistakes` maps catalogue ids to what that mistake would return (or is a function that
+    builds that map, called only when the check fails); a failure whose output matches one of
+    them carries that id as its diagnosis.
     """
+    if callable(mistakes) and EAGER_MISTAKES:
+        mistakes = mistakes()
     try:
         _check_close(got, expected, what, rtol, atol, inputs)
     except Fail as f:
         from .diagnosis import diagnose, explain
 
-        found = diagnose(got, expected, mistakes, ignore_nan_in_mistakes)
+        found = diagnose(got, expected, mistakes() if callable(mistakes) else mistakes, ignore_nan_in_mistakes)
         arrays = _view(got, expected, atol, rtol)
         raise Fail(f"{explain(found)}\n{f}" if found else str(f), diagnosis=found, arrays=arrays) from None
 

@@ -194,7 +194,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
           workers: dict | None = None, pictures: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only skips the hidden checks (as the student repo, which does not have them, does);
-    a zygote (sandbox.Zygote) forks the torch child instead of starting a new interpreter (batches);
+    a zygote (sandbox.Zygote) forks both children instead of starting new interpreters (batches;
+    there the numpy child inherits the server's imported torch, unused);
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
     t0 = time.monotonic()
     submission = Path(submission).resolve()
@@ -210,7 +211,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
 
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
-            Worker(submission, timeout=timeout, zygote=zygote if torch else None)
+            Worker(submission, timeout=timeout, zygote=zygote)
         api = StudentAPI(worker)
         try:
             if torch:

@@ -7,11 +7,13 @@ the end of the batch.
 """
 import csv
 import json
+import multiprocessing
+import multiprocessing.util
 import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from .grade import grade
@@ -26,10 +28,20 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
 
 
-def grade_one(path: Path, secret: str | None, seed: int, timeout: float, zygote: Zygote | None) -> dict:
+_zygote: Zygote | None = None  # one fork server per grading process
+
+
+def _start_process() -> None:
+    """Pool initializer: this process's fork server, closed when the process ends."""
+    global _zygote
+    _zygote = Zygote()
+    multiprocessing.util.Finalize(None, _zygote.close, exitpriority=10)
+
+
+def grade_one(path: Path, secret: str | None, seed: int, timeout: float) -> dict:
     try:
         sub = locate(path)
-        res = grade(sub, seed=derive_seed(secret, sub) if secret else seed, timeout=timeout, zygote=zygote)
+        res = grade(sub, seed=derive_seed(secret, sub) if secret else seed, timeout=timeout, zygote=_zygote)
         return {"results": results_json(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         return {"results": None, "error": f"{type(e).__name__}: {e}"}
@@ -62,25 +74,23 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
-    zygote = Zygote()  # imports torch once; every submission's torch child is forked from it
-    try:
-        _run(subs, jobs, secret, seed, timeout, zygote, out, rows, progress)
-    finally:
-        zygote.close()
-    _write_csv(out, rows)
-    return out
-
-
-def _run(subs, jobs, secret, seed, timeout, zygote, out, rows, progress) -> None:
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(grade_one, p, secret, seed, timeout, zygote): p for p in subs}
+    # one process per job (the grader's own work needs a core too, which threads would share under
+    # one GIL), each with a fork server that imports numpy and torch once for all its submissions
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_start_process,
+                             mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
         for fut in as_completed(futures):
             p = futures[fut]
-            r = fut.result()
+            try:
+                r = fut.result()
+            except Exception as e:  # noqa: BLE001 - a grading process died: that row says so
+                r = {"results": None, "error": f"grading failed: {type(e).__name__}: {e}"}
             rows[p.name] = r
             if r["results"] is not None:
                 (out / f"{p.stem}.json").write_text(json.dumps(r["results"], indent=1))
             progress.step(p.name)
+    _write_csv(out, rows)
+    return out
 
 
 def _write_csv(out: Path, rows: dict) -> None:

@@ -183,6 +183,9 @@ class Worker:
         self.uid = sandbox_uid()
         env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
+        # one thread per child: two children (and in a batch, several submissions) already share the
+        # cores, and spinning BLAS/OpenMP threads fighting over them cost more than they bring
+        env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         if self.zygote:
             os.mkfifo(self.scratch / "requests")
             os.mkfifo(self.scratch / "results")

@@ -48,6 +48,7 @@ def become_worker(req: dict) -> None:
         # setuid without exec leaves the process non-dumpable, so its /proc/self files stay root's; the
         # memory check resets its own peak through /proc/self/clear_refs. (Core dumps are off: RLIMIT_CORE.)
         ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))  # torch was imported before the fork
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     requests = open(req["req_fifo"], "rb")

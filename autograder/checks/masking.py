@@ -19,11 +19,11 @@ def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     """Output first, then weights, each against the reference and the known mistakes."""
     out, w = _pair(api.attention(q, k, v, allowed), "attention")
     ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
-    variants = ctx.mistakes.attention_variants(q, k, v, allowed)
-    check_close(out, ref_out, "attention output", inputs=inputs,
-                mistakes={m: [o for o, _ in pairs] for m, pairs in variants.items()})
-    check_close(w, ref_w, "attention weights", inputs=inputs,
-                mistakes={m: [x for _, x in pairs] for m, pairs in variants.items()})
+    def variants(part: int):
+        return lambda: {m: [p[part] for p in pairs] for m, pairs in ctx.mistakes.attention_variants(q, k, v, allowed).items()}
+
+    check_close(out, ref_out, "attention output", inputs=inputs, mistakes=variants(0))
+    check_close(w, ref_w, "attention weights", inputs=inputs, mistakes=variants(1))
 
 
 @check(S, 2, "reference", "public", cite="Article B, 'Causal attention'")
