@@ -25,6 +25,10 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.student
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+$(VENV)/.instructor: requirements-instructor.txt $(VENV)/.dev
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-instructor.txt
+	@touch $@
+
 grade: $(VENV)/.student
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
 
@@ -43,8 +47,8 @@ exercises: $(VENV)/.student
 check-exercises: $(VENV)/.student
 	$(PY) -m autograder.make_exercises --check
 
-test: $(VENV)/.dev
-	$(PY) -m pytest -q tests
+test: $(VENV)/.instructor
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
 
 clean:
 	rm -rf $(VENV) submission.zip .pytest_cache
@@ -77,3 +81,7 @@ watch: $(VENV)/.student  ## re-grade on every save (Ctrl-C to stop)
 	@$(PY) -m autograder watch --submission $(SUBMISSION)
 report: $(VENV)/.student  ## grade and write report.html: the stage table, failing cells, attention heatmaps
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html $(if $(STAGE),--stage $(STAGE))
+
+.PHONY: nbgrader
+nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader (then: cd dist/nbgrader; nbgrader generate_assignment attention)
+	$(PY) -m autograder.notebooks nbgrader --out dist/nbgrader

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST = ROOT / "dist"
-INSTRUCTOR_ONLY = {"build.py", "make_exercises.py", "regrade.py", "gradescope.py"}
+INSTRUCTOR_ONLY = {"build.py", "make_exercises.py", "regrade.py", "gradescope.py", "notebooks.py"}
 
 # ---------------------------------------------------------------------------------- release --
 

@@ -1,0 +1,26 @@
+"""What a notebook's test cell calls (nbgrader and otter editions): grade one stage of the
+modules the notebook wrote, with the same sandboxed grader, and return the points.
+
+The stage's report is printed to stdout; nbgrader takes the returned number as the cell's
+partial credit. Student code still runs only in child processes, but the notebook's own kernel
+is the student's, so a notebook can patch this function: see the README's trust table.
+"""
+import os
+from pathlib import Path
+
+from .grade import grade
+from .report import terminal
+
+
+def grade_stage(stage: str, folder: str = "submission", public_only: bool = False) -> float:
+    """Points earned by `stage`. With public_only (the student's copy) the full report is printed;
+    otherwise (hidden checks included, at autograding) only the score, so feedback reveals nothing
+    of the hidden checks."""
+    seed = int(os.environ.get("ATTN_GRADE_SEED", "0"))
+    res = grade(Path(folder), [stage], seed=seed, public_only=public_only)
+    sr = res.stages[stage]
+    if public_only:
+        print(terminal(res))
+    else:
+        print(f"stage {stage}: {sr.score:g}/{sr.max_score:g} with the hidden checks ({sr.status.replace('_', ' ')})")
+    return float(sr.score)

@@ -1,0 +1,106 @@
+"""Build the nbgrader course directory from solutions/ (`make nbgrader`).
+
+    python -m autograder.notebooks nbgrader [--out dist/nbgrader]
+
+One assignment, `attention`, one notebook: per core stage an explanation, solution cells that
+write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
+a locked test cell worth the stage's points that calls autograder.notebook.grade_stage: public
+checks in the student version, hidden ones between nbgrader's hidden-test markers.
+"""
+import argparse
+import json
+import re
+from pathlib import Path
+
+from .registry import STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENT = "attention"
+FILES = {"softmax": ["softmax.py"], "dot_products": ["scores.py"], "projections": ["projections.py"],
+         "scaling": ["scaling.py"], "masking": ["masking.py"], "heads": ["heads.py", "kv_cache.py", "fused.py", "module.py"],
+         "kv_cache": [], "fused": []}  # module.py imports kv_cache.py and fused.py, so stage 6 writes all four
+INTRO = {
+    "softmax": "Turn a row of scores into weights that are positive and sum to one, stably.",
+    "dot_products": "Scores as dot products, and attention with no learned weights.",
+    "projections": "Learned query, key and value projections.",
+    "scaling": "Divide the scores by the square root of d_k, and see why with an experiment.",
+    "masking": "Masks (True = may attend) and single-head attention.",
+    "heads": "Several heads side by side, and the torch module. This cell also holds the KV cache and the "
+             "fused call, which stages 7 and 8 grade.",
+    "kv_cache": "A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
+    "fused": "One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
+}
+
+
+def nb_markers(source: str) -> str:
+    source = re.sub(r"# BEGIN SOLUTION(?: stage=\w+)?", "### BEGIN SOLUTION", source)
+    return source.replace("# END SOLUTION", "### END SOLUTION")
+
+
+def _cell(kind: str, source: str, meta: dict | None = None) -> dict:
+    cell = {"id": meta["grade_id"].replace("_", "-"), "cell_type": kind,
+            "metadata": {"nbgrader": {"schema_version": 3, **meta}}, "source": source}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def build_notebook() -> dict:
+    cells = [_cell("markdown", "# Attention, stage by stage\n\nFill in each stage's code where it says so, then "
+                   "run its test cell. The numbers checked come from Article A (\"Attention from First Principles: "
+                   "One Complete Calculation\") and Article B (\"Transformer attention from first principles\"). "
+                   "Mask convention: boolean, True = may attend.",
+                   {"grade": False, "solution": False, "locked": True, "grade_id": "intro"}),
+             _cell("code", "import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()",
+                   {"grade": False, "solution": False, "locked": True, "grade_id": "setup"})]
+    for s in STAGES:
+        if s.bonus:
+            continue
+        cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{INTRO[s.name]}",
+                           {"grade": False, "solution": False, "locked": True, "grade_id": f"about_{s.name}"}))
+        for f in FILES[s.name]:
+            src = (ROOT / "solutions" / f).read_text()
+            cells.append(_cell("code", f"%%writefile submission/{f}\n" + nb_markers(src).rstrip() + "\n",
+                               {"grade": False, "solution": True, "locked": False,
+                                "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
+        test = ("from autograder.notebook import grade_stage\n"
+                f"score = grade_stage({s.name!r}, public_only=True)\n"
+                "### BEGIN HIDDEN TESTS\n"
+                f"score = grade_stage({s.name!r})\n"
+                "### END HIDDEN TESTS\n"
+                "score")
+        cells.append(_cell("code", test, {"grade": True, "solution": False, "locked": True, "points": s.points,
+                                          "grade_id": f"test_{s.name}"}))
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                        "name": "python3"},
+                                         "language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+
+
+CONFIG = """\
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "attention-kit"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+c.ExecutePreprocessor.timeout = 600
+c.Execute.timeout = 600
+"""
+
+
+def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader") -> Path:
+    (out / "source" / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
+    (out / "nbgrader_config.py").write_text(CONFIG)
+    (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(build_notebook(), indent=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder.notebooks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    n = sub.add_parser("nbgrader")
+    n.add_argument("--out", default=str(ROOT / "dist" / "nbgrader"))
+    args = p.parse_args(argv)
+    print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
