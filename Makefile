@@ -85,3 +85,7 @@ report: $(VENV)/.student  ## grade and write report.html: the stage table, faili
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader (then: cd dist/nbgrader; nbgrader generate_assignment attention)
 	$(PY) -m autograder.notebooks nbgrader --out dist/nbgrader
+
+.PHONY: otter
+otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)" $(PY) -m autograder.notebooks otter --out dist/otter

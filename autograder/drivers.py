@@ -207,5 +207,6 @@ def fused_peak_memory(T, d_head=32, *, pkg):
     with _SdpaSpy(pkg) as spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
     peak = _hwm_kib()
+    shape = list(out.shape) if hasattr(out, "shape") else None
     del out
-    return {"peak_bytes": (peak - base) * 1024, "tt_bytes": T * T * 4, "calls": spy.calls}
+    return {"peak_bytes": (peak - base) * 1024, "tt_bytes": T * T * 4, "calls": spy.calls, "shape": shape}

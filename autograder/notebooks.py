@@ -92,13 +92,83 @@ def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader") -> Path:
     return out
 
 
+def _raw(text: str) -> dict:
+    return {"cell_type": "raw", "metadata": {}, "source": text}
+
+
+def _code(source: str, output: str | None = None) -> dict:
+    outputs = [] if output is None else [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                                          "data": {"text/plain": output}}]
+    return {"cell_type": "code", "metadata": {}, "execution_count": 1 if output else None, "outputs": outputs,
+            "source": source}
+
+
+def otter_master() -> dict:
+    """The otter-assign master notebook: one question per core stage, one test case per check,
+    worth that check's points (public checks public, hidden checks hidden), so the partial credit
+    is the same as `make grade`'s."""
+    from . import checks  # noqa: F401  (registers them)
+    from .registry import CHECKS
+
+    cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  ok_format: true\n"
+                  "export_cell: false\ncheck_all_cell: false\n"),
+             {"cell_type": "markdown", "metadata": {}, "source": "# Attention, stage by stage\n\nFill in each stage, "
+              "then run its tests (Article A: \"Attention from First Principles: One Complete Calculation\"; "
+              "Article B: \"Transformer attention from first principles\"). Mask convention: True = may attend."},
+             _code("import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()")]
+    for s in STAGES:
+        if s.bonus:
+            continue
+        stage_checks = [c for c in CHECKS if c.stage == s.name]
+        points = [c.points for c in stage_checks]
+        cells.append(_raw(f"# BEGIN QUESTION\nname: {s.name}\npoints: {json.dumps(points)}"))
+        cells.append({"cell_type": "markdown", "metadata": {}, "source": f"## Stage {s.number}: {s.name}\n\n{INTRO[s.name]}"})
+        if FILES[s.name]:
+            cells.append(_raw("# BEGIN SOLUTION"))
+            for f in FILES[s.name]:
+                src = re.sub(r"# BEGIN SOLUTION stage=\w+", "# BEGIN SOLUTION", (ROOT / "solutions" / f).read_text())
+                cells.append(_code(f"%%writefile submission/{f}\n" + src.rstrip() + "\n"))
+            cells.append(_raw("# END SOLUTION"))
+        cells.append(_raw("# BEGIN TESTS"))
+        for c in stage_checks:
+            head = "# HIDDEN\n" if c.visibility == "hidden" else ""
+            cells.append(_code(f"{head}from autograder.notebook import check_passed\n"
+                               f"check_passed({s.name!r}, {c.name!r})", "True"))
+        cells.append(_raw("# END TESTS"))
+        cells.append(_raw("# END QUESTION"))
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i}"
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                        "name": "python3"}, "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
+    """Write the master notebook and run `otter assign`: out/result/{student,autograder}."""
+    import subprocess
+    import sys
+
+    out.mkdir(parents=True, exist_ok=True)
+    master = out / "attention.ipynb"
+    master.write_text(json.dumps(otter_master(), indent=1))
+    otter = Path(sys.executable).with_name("otter")
+    subprocess.run([str(otter), "assign", "--no-pdfs", "--no-run-tests", str(master), str(out / "result")],
+                   check=True, cwd=out)
+    return out / "result"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autograder.notebooks")
     sub = p.add_subparsers(dest="cmd", required=True)
     n = sub.add_parser("nbgrader")
     n.add_argument("--out", default=str(ROOT / "dist" / "nbgrader"))
+    o = sub.add_parser("otter")
+    o.add_argument("--out", default=str(ROOT / "dist" / "otter"))
     args = p.parse_args(argv)
-    print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out))}")
+    if args.cmd == "otter":
+        print(f"wrote the otter-grader assignment to {otter_assign(Path(args.out))}")
+    else:
+        print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out))}")
     return 0
 
 

@@ -17,17 +17,17 @@ def dropout_probe(weights, p, seed, training, *, pkg):
 
 
 def tiled_peak_memory(n, d=16, block=64, *, pkg):
-    """Peak bytes allocated (tracemalloc) by one causal tiled call at n = n_q = n_k, inputs excluded."""
+    """(peak bytes allocated (tracemalloc) by one causal tiled call at n = n_q = n_k, the output's shape)."""
     fn = _mod(pkg, "tiled").tiled_attention
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
     tracemalloc.start()
     try:
-        fn(q, k, v, True, block, block)
+        out = fn(q, k, v, True, block, block)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return int(peak)
+    return int(peak), list(np.shape(out))
 
 
 class _Tracked(np.ndarray):

@@ -129,3 +129,15 @@ def test_hints_climb_one_rung_per_call(tmp_path):
         for line in (SOLUTIONS / "softmax.py").read_text().splitlines():
             if "np." in line:
                 assert all(line.strip() not in h for h in ladder)
+
+
+def test_stubs_that_return_none_score_zero(tmp_path):
+    """otter's stubs are `...` (the function returns None): no property or cost check may pass on that."""
+    import re
+
+    sub = tmp_path / "ellipsis"
+    sub.mkdir()
+    for f in (ROOT / "exercises").glob("*.py"):
+        (sub / f.name).write_text(re.sub(r"raise NotImplementedError\(.*\)$", "...", f.read_text(), flags=re.M))
+    res = grade(sub)
+    assert res.score == 0 and res.bonus_score == 0, [r.check.id for s in res.stages.values() for r in s.checks if r.passed]

@@ -66,3 +66,47 @@ def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path):
     hidden = {r.check.name for s in direct.stages.values() for r in s.checks if r.check.visibility == "hidden"}
     assert "causal_mask_reference" in feedback  # a public check, reported
     assert not [h for h in hidden if "_" in h and h in feedback]  # (skip one-word names like "reference")
+
+
+OTTER = Path(sys.executable).with_name("otter")
+
+
+@pytest.fixture(scope="module")
+def otter_assignment(tmp_path_factory):
+    if not OTTER.exists():
+        pytest.skip("otter-grader is not installed (requirements-instructor.txt)")
+    from autograder.notebooks import otter_assign
+
+    return otter_assign(tmp_path_factory.mktemp("otter"))
+
+
+def otter_run(result: Path, notebook: dict, tmp_path: Path) -> dict:
+    env = {**os.environ, "PATH": f"{OTTER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "attention.ipynb").write_text(json.dumps(notebook))
+    zip_path = next((result / "autograder").glob("*.zip"))
+    p = subprocess.run([str(OTTER), "run", "-a", str(zip_path), "-o", str(tmp_path), "attention.ipynb"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    tests = json.loads((tmp_path / "results.json").read_text())["tests"]
+    return {t["name"]: t["score"] for t in tests if "score" in t}
+
+
+def test_otter_student_notebook_has_no_solutions_or_hidden_tests(otter_assignment):
+    text = (otter_assignment / "student" / "attention.ipynb").read_text()
+    assert "BEGIN SOLUTION" not in text and "np.exp(scores - top)" not in text
+    assert "reference_fp64" not in text  # a hidden check's name
+
+
+def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
+    solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
+    assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == 100
+    student = json.loads((otter_assignment / "student" / "attention.ipynb").read_text())
+    assert sum(otter_run(otter_assignment, student, tmp_path / "untouched").values()) == 0
+    for cell in solved["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if MASK_TOP_LEFT[0] in src:
+            cell["source"] = src.replace(*MASK_TOP_LEFT)
+    scores = otter_run(otter_assignment, solved, tmp_path / "mistake")
+    direct = grade(variant(tmp_path / "v", {"masking.py": [MASK_TOP_LEFT]}), seed=0)
+    assert scores == {n: s.score for n, s in direct.stages.items() if n not in ("tiled", "backward", "dropout", "costs")}

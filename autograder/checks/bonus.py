@@ -4,7 +4,7 @@ import numpy as np
 from ..compare import Fail, check_close
 from ..diagnosis import diagnosed
 from ..registry import check
-from .common import expect_value_error, randn, shape_str
+from .common import RAISED, expect_value_error, randn, shape_str
 
 # ---- tiled ------------------------------------------------------------------------------------
 
@@ -37,7 +37,9 @@ def tiled_large_scores(api, ctx):
 @check("tiled", 1.5, "property", "public")
 def tiled_memory_linear(api, ctx):
     """peak memory (tracemalloc) grows linearly with n, not with n^2"""
-    small, large = (int(api.tiled_peak_memory(n)) for n in (512, 1024))
+    (small, shape), (large, _) = (api.tiled_peak_memory(n) for n in (512, 1024))
+    if list(shape) != [512, 16]:
+        raise Fail(f"tiled_attention of q, k, v [512, 16] returned shape {shape}; expected [512, 16]")
     ratio = large / max(small, 1)
     if ratio > 2.8 or large > 1024 * 1024 * 8 / 4:
         raise Fail(f"peak memory {small / 1024:.0f} KiB at n=512 and {large / 1024:.0f} KiB at n=1024 "
@@ -61,7 +63,7 @@ def tiled_row_without_keys_raises(api, ctx):
     """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
     q, k, v = np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2))
     got = expect_value_error(lambda: api.tiled_attention(q, k, v, True, 2, 2), "tiled_attention with n_q > n_k")
-    if got is not None:
+    if got is not RAISED:
         out = np.asarray(got, dtype=float)
         msg = f"rows with no allowed key returned {out.tolist()} instead of raising ValueError"
         raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)

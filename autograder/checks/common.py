@@ -9,8 +9,11 @@ def randn(rng: np.random.Generator, *shape, dtype=np.float64, scale: float = 1.0
     return (rng.standard_normal(shape) * scale).astype(dtype)
 
 
+RAISED = object()  # what expect_value_error returns when the call raised ValueError as it should
+
+
 def expect_value_error(call, what: str, returned_ok: bool = True):
-    """Pass (None) if `call()` raises ValueError; a stub's NotImplementedError passes through.
+    """RAISED if `call()` raises ValueError; a stub's NotImplementedError passes through.
 
     If the call returns instead, the value is handed back when `returned_ok`, else that fails.
     """
@@ -21,7 +24,7 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
         got = call()
     except StudentError as e:
         if e.info["type"] == "ValueError":
-            return
+            return RAISED
         if e.info["type"] == "NotImplementedError":
             raise
         raise Fail(f"{what} raised {e.info['type']}: {e.info['message']}; expected ValueError") from None

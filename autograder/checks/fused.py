@@ -99,6 +99,8 @@ def no_quadratic_memory(api, ctx):
     T = 8192
     r = api.fused_peak_memory(T, timeout=60)
     peak, tt = r["peak_bytes"], r["tt_bytes"]
+    if r["shape"] != [1, 1, T, 32]:
+        raise Fail(f"fused_attention of q, k, v [1, 1, {T}, 32] returned shape {r['shape']}; expected [1, 1, {T}, 32]")
     if peak > tt / 4:
         found = "fused-not-fused" if not r["calls"] else "fused-materialized-mask" if r["calls"][0]["attn_mask"] else None
         raise diagnosed(found, f"one causal call at T={T} raised peak memory by {peak / 2**20:.0f} MiB; a T x T "
