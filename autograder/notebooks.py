@@ -2,7 +2,7 @@
 
     python -m autograder.notebooks nbgrader [--out dist/nbgrader]
 
-One assignment, `attention`, one notebook: per core stage an explanation, solution cells that
+One assignment, `attention`, one notebook: per stage (the four bonus stages included) an explanation, solution cells that
 write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
 a locked test cell worth the stage's points that calls autograder.notebook.grade_stage: public
 checks in the student version, hidden ones between nbgrader's hidden-test markers.
@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENT = "attention"
 FILES = {"softmax": ["softmax.py"], "dot_products": ["scores.py"], "projections": ["projections.py"],
          "scaling": ["scaling.py"], "masking": ["masking.py"], "heads": ["heads.py", "kv_cache.py", "fused.py", "module.py"],
-         "kv_cache": [], "fused": []}  # module.py imports kv_cache.py and fused.py, so stage 6 writes all four
+         "kv_cache": [], "fused": [],  # module.py imports kv_cache.py and fused.py, so stage 6 writes all four
+         "tiled": ["tiled.py"], "backward": ["backward.py"], "dropout": ["dropout.py"], "costs": ["costs.py"]}
 INTRO = {
     "softmax": "Turn a row of scores into weights that are positive and sum to one, stably.",
     "dot_products": "Scores as dot products, and attention with no learned weights.",
@@ -29,6 +30,10 @@ INTRO = {
              "fused call, which stages 7 and 8 grade.",
     "kv_cache": "A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
     "fused": "One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
+    "tiled": "Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
+    "backward": "Bonus: the gradients dq, dk, dv by hand.",
+    "dropout": "Bonus: inverted dropout on the attention weights.",
+    "costs": "Bonus: count the scores and the KV cache's numbers.",
 }
 
 
@@ -54,8 +59,6 @@ def build_notebook() -> dict:
              _cell("code", "import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()",
                    {"grade": False, "solution": False, "locked": True, "grade_id": "setup"})]
     for s in STAGES:
-        if s.bonus:
-            continue
         cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{INTRO[s.name]}",
                            {"grade": False, "solution": False, "locked": True, "grade_id": f"about_{s.name}"}))
         for f in FILES[s.name]:
@@ -104,7 +107,7 @@ def _code(source: str, output: str | None = None) -> dict:
 
 
 def otter_master() -> dict:
-    """The otter-assign master notebook: one question per core stage, one test case per check,
+    """The otter-assign master notebook: one question per stage, one test case per check,
     worth that check's points (public checks public, hidden checks hidden), so the partial credit
     is the same as `make grade`'s."""
     from . import checks  # noqa: F401  (registers them)
@@ -117,8 +120,6 @@ def otter_master() -> dict:
               "Article B: \"Transformer attention from first principles\"). Mask convention: True = may attend."},
              _code("import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()")]
     for s in STAGES:
-        if s.bonus:
-            continue
         stage_checks = [c for c in CHECKS if c.stage == s.name]
         points = [c.points for c in stage_checks]
         cells.append(_raw(f"# BEGIN QUESTION\nname: {s.name}\npoints: {json.dumps(points)}"))

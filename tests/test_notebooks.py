@@ -50,7 +50,7 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None) -
 
 def test_nbgrader_solutions_full_marks(tmp_path):
     score, _ = cycle(nbgrader_course(tmp_path / "course"), "solutions")
-    assert score == 100
+    assert score == 130  # the 100 core points and the 30 bonus points
 
 
 def test_nbgrader_untouched_release_scores_zero(tmp_path):
@@ -61,7 +61,7 @@ def test_nbgrader_untouched_release_scores_zero(tmp_path):
 def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path):
     score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MASK_TOP_LEFT)
     direct = grade(variant(tmp_path / "v", {"masking.py": [MASK_TOP_LEFT]}), seed=0)
-    assert score == direct.score < 100
+    assert score == direct.score + direct.bonus_score < 130
     # the feedback shows the public report but nothing of the hidden checks
     hidden = {r.check.name for s in direct.stages.values() for r in s.checks if r.check.visibility == "hidden"}
     assert "causal_mask_reference" in feedback  # a public check, reported
@@ -100,7 +100,7 @@ def test_otter_student_notebook_has_no_solutions_or_hidden_tests(otter_assignmen
 
 def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
     solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
-    assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == 100
+    assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == 130
     student = json.loads((otter_assignment / "student" / "attention.ipynb").read_text())
     assert sum(otter_run(otter_assignment, student, tmp_path / "untouched").values()) == 0
     for cell in solved["cells"]:
@@ -109,4 +109,4 @@ def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
             cell["source"] = src.replace(*MASK_TOP_LEFT)
     scores = otter_run(otter_assignment, solved, tmp_path / "mistake")
     direct = grade(variant(tmp_path / "v", {"masking.py": [MASK_TOP_LEFT]}), seed=0)
-    assert scores == {n: s.score for n, s in direct.stages.items() if n not in ("tiled", "backward", "dropout", "costs")}
+    assert scores == {n: s.score for n, s in direct.stages.items()}
