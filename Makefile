@@ -83,8 +83,9 @@ report: $(VENV)/.student  ## grade and write report.html: the stage table, faili
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html $(if $(STAGE),--stage $(STAGE))
 
 .PHONY: nbgrader
-nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader (then: cd dist/nbgrader; nbgrader generate_assignment attention)
+nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db
 	$(PY) -m autograder.notebooks nbgrader --out dist/nbgrader
+	cd dist/nbgrader && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" nbgrader db assignment add attention
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
