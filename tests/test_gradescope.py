@@ -108,13 +108,17 @@ def test_endless_loop_in_one_stage(zip_path, tmp_path):
     assert {s: v for s, v in scores.items() if s != "dot_products"} == {s: v for s, v in FULL.items() if s != "dot_products"}
 
 
-def test_huge_allocation_is_refused(zip_path, tmp_path):
-    sub = variant(tmp_path, {"projections.py": [("    q = x @ w_q", "    _ = np.ones(40 * 2**30 // 8)\n    q = x @ w_q")]})
-    data, scores = run_zip(zip_path, sub, tmp_path)
+def projections_lost_alone(data: dict, scores: dict, message: str) -> None:
+    """projections scored 0 with `message` in its output; the stages that do not use it kept theirs."""
     assert scores["projections"] == 0
-    assert any("MemoryError" in t["output"] for t in data["tests"])
+    assert any(message in t["output"] for t in data["tests"])
     for s in ("softmax", "scaling", "masking", "kv_cache", "fused"):
         assert scores[s] == FULL[s], s
+
+
+def test_huge_allocation_is_refused(zip_path, tmp_path):
+    sub = variant(tmp_path, {"projections.py": [("    q = x @ w_q", "    _ = np.ones(40 * 2**30 // 8)\n    q = x @ w_q")]})
+    projections_lost_alone(*run_zip(zip_path, sub, tmp_path), "MemoryError")
 
 
 @needs_separate_user
@@ -179,11 +183,7 @@ def test_pickle_bomb_return_is_refused(zip_path, tmp_path):
     bomb = ("class _Bomb:\n    def __reduce__(self):\n        import os\n        return (os.system, ('touch /tmp/pwned',))\n\n\n"
             "def project_qkv(")
     sub = variant(tmp_path, {"projections.py": [("def project_qkv(", bomb), ("    return q, k, v", "    return _Bomb()")]})
-    data, scores = run_zip(zip_path, sub, tmp_path)
-    assert scores["projections"] == 0
-    assert any("not an array or number" in t["output"] for t in data["tests"])
-    for s in ("softmax", "scaling", "masking", "kv_cache", "fused"):
-        assert scores[s] == FULL[s], s
+    projections_lost_alone(*run_zip(zip_path, sub, tmp_path), "not an array or number")
 
 
 @needs_separate_user
