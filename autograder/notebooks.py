@@ -113,7 +113,7 @@ def otter_master() -> dict:
     from . import checks  # noqa: F401  (registers them)
     from .registry import CHECKS
 
-    cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  ok_format: true\n"
+    cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  files: true\n  ok_format: true\n"
                   "export_cell: false\ncheck_all_cell: false\n"),
              {"cell_type": "markdown", "metadata": {}, "source": "# Attention, stage by stage\n\nFill in each stage, "
               "then run its tests (Article A: \"Attention from First Principles: One Complete Calculation\"; "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, variant
+from conftest import ROOT, grade, variant
 
 from autograder.build import autograder_zip, gradescope_local
 from autograder.sandbox import separate_user_possible
@@ -215,3 +215,15 @@ def test_hard_coded_worked_outputs_earn_only_worked_points(zip_path, tmp_path):
     failing = {t["extra_data"]["check"] for t in data["tests"] if t["status"] == "failed"}
     assert failing == {"simple_attention_reference", "simple_single_token", "permutation_equivariance"}
     assert scores["dot_products"] == 5
+
+
+def test_zip_scores_agree_with_make_grade(zip_path, tmp_path):
+    """Stage by stage, the zip gives what `grade` gives with the same (secret-derived) seed."""
+    from autograder.gradescope import derive_seed
+
+    for name, edits in {"mask": {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]},
+                        "scale": {"scaling.py": [(") / np.sqrt(d_k)  #", ")  #")]}}.items():
+        sub = variant(tmp_path / name, edits)
+        _, scores = run_zip(zip_path, sub, tmp_path / name)
+        direct = grade(sub, seed=derive_seed(SECRET, sub))
+        assert scores == {n: s.score for n, s in direct.stages.items()} and scores != FULL, name

@@ -15,6 +15,8 @@ from autograder.notebooks import nbgrader_course
 NBGRADER = Path(sys.executable).with_name("nbgrader")
 pytestmark = pytest.mark.skipif(not NBGRADER.exists(), reason="nbgrader is not installed (requirements-instructor.txt)")
 MASK_TOP_LEFT = ("return j <= i + (n_k - n_q)", "return j <= i")
+SCALE_MISSING = ("return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)", "return q @ np.swapaxes(k, -1, -2)")
+MISTAKES = {"masking.py": MASK_TOP_LEFT, "scaling.py": SCALE_MISSING}
 
 
 def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None) -> tuple[float, str]:
@@ -58,14 +60,16 @@ def test_nbgrader_untouched_release_scores_zero(tmp_path):
     assert score == 0
 
 
-def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path):
-    score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MASK_TOP_LEFT)
-    direct = grade(variant(tmp_path / "v", {"masking.py": [MASK_TOP_LEFT]}), seed=0)
+@pytest.mark.parametrize("file", sorted(MISTAKES))
+def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path, file):
+    score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MISTAKES[file])
+    direct = grade(variant(tmp_path / "v", {file: [MISTAKES[file]]}), seed=0)
     assert score == direct.score + direct.bonus_score < 130
     # the feedback shows the public report but nothing of the hidden checks
     hidden = {r.check.name for s in direct.stages.values() for r in s.checks if r.check.visibility == "hidden"}
-    assert "causal_mask_reference" in feedback  # a public check, reported
     assert not [h for h in hidden if "_" in h and h in feedback]  # (skip one-word names like "reference")
+    if file == "masking.py":
+        assert "causal_mask_reference" in feedback  # a public check, reported
 
 
 OTTER = Path(sys.executable).with_name("otter")
@@ -93,9 +97,26 @@ def otter_run(result: Path, notebook: dict, tmp_path: Path) -> dict:
 
 
 def test_otter_student_notebook_has_no_solutions_or_hidden_tests(otter_assignment):
-    text = (otter_assignment / "student" / "attention.ipynb").read_text()
-    assert "BEGIN SOLUTION" not in text and "np.exp(scores - top)" not in text
-    assert "reference_fp64" not in text  # a hidden check's name
+    student = otter_assignment / "student"
+    texts = [(student / "attention.ipynb").read_text(), *(p.read_text() for p in (student / "tests").glob("*.py"))]
+    for text in texts:
+        assert "BEGIN SOLUTION" not in text and "np.exp(scores - top)" not in text
+        assert "reference_fp64" not in text  # a hidden check's name
+
+
+def test_otter_check_on_the_student_notebook(otter_assignment, tmp_path):
+    """`otter check` with the student's public tests: failures for the untouched notebook, none once solved."""
+    env = {**os.environ, "PATH": f"{OTTER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    work = tmp_path / "student"
+    shutil.copytree(otter_assignment / "student", work)
+    shutil.copy2(otter_assignment / "autograder" / "attention.ipynb", work / "solved.ipynb")
+    outputs = {}
+    for nb in ("attention.ipynb", "solved.ipynb"):
+        p = subprocess.run([str(OTTER), "check", nb, "-t", "tests", "-q", "softmax"], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=600)
+        outputs[nb] = p.stdout + p.stderr
+    assert "All tests passed" not in outputs["attention.ipynb"] and "failed" in outputs["attention.ipynb"].lower()
+    assert "All tests passed" in outputs["solved.ipynb"]
 
 
 def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
@@ -103,10 +124,12 @@ def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
     assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == 130
     student = json.loads((otter_assignment / "student" / "attention.ipynb").read_text())
     assert sum(otter_run(otter_assignment, student, tmp_path / "untouched").values()) == 0
-    for cell in solved["cells"]:
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        if MASK_TOP_LEFT[0] in src:
-            cell["source"] = src.replace(*MASK_TOP_LEFT)
-    scores = otter_run(otter_assignment, solved, tmp_path / "mistake")
-    direct = grade(variant(tmp_path / "v", {"masking.py": [MASK_TOP_LEFT]}), seed=0)
-    assert scores == {n: s.score for n, s in direct.stages.items()}
+    for file, (old, new) in MISTAKES.items():
+        nb = json.loads(json.dumps(solved))
+        for cell in nb["cells"]:
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if old in src:
+                cell["source"] = src.replace(old, new)
+        scores = otter_run(otter_assignment, nb, tmp_path / file)
+        direct = grade(variant(tmp_path / f"v-{file}", {file: [(old, new)]}), seed=0)
+        assert scores == {n: s.score for n, s in direct.stages.items()}, file
