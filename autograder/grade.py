@@ -72,7 +72,6 @@ class Results:
     stages: dict[str, StageResult]
     seed: int
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
     pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
 
     def _core(self, bonus: bool) -> list[StageResult]:

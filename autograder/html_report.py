@@ -11,7 +11,7 @@ import numpy as np
 from .diagnosis import CATALOGUE
 from .grade import Results
 from .hints import HINTS
-from .registry import STAGE, STAGES
+from .registry import STAGES
 from .report import STATUS_WORD, blocked_note, next_step
 
 CSS = """

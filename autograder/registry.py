@@ -1,5 +1,5 @@
 """The stages, their points, and the checks that grade them."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 
@@ -53,7 +53,6 @@ class Check:
     doc: str = ""
     cite: str = ""
     worked_id: str | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def id(self) -> str:

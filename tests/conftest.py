@@ -28,10 +28,6 @@ def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path 
     return dest
 
 
-def failing(res, stage: str) -> set[str]:
-    return {r.check.name for r in res.stages[stage].checks if not r.passed}
-
-
 @pytest.fixture(scope="session")
 def solutions_result():
     return grade(SOLUTIONS, seed=0)

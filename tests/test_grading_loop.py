@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SOLUTIONS, failing, grade, variant
+from conftest import ROOT, SOLUTIONS, grade, variant
 
 from autograder.registry import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
 from autograder.report import results_json, terminal
