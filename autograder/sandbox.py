@@ -89,6 +89,11 @@ def separate_user_possible() -> bool:
 _uids = itertools.count()
 
 
+def kept_env() -> dict[str, str]:
+    """The only variables a child inherits: PATH and locale, and BLAS settings some CPUs need."""
+    return {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+
+
 def sandbox_uid() -> int | None:
     """A fresh uid for each child when that is possible, else None. Unique among this process's
     children (a counter) and across grading processes (the pid), so a sweep by uid hits only its own."""
@@ -132,7 +137,7 @@ class Zygote:
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("zygote.py")
         self.home.chmod(0o755)
-        env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+        env = kept_env()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(script)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.home, env=env, start_new_session=True)
         self.lock = threading.Lock()
@@ -181,7 +186,7 @@ class Worker:
         self._log = open(self.scratch / "output.txt", "wb")
         self.token = secrets.token_hex(8)
         self.uid = sandbox_uid()
-        env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+        env = kept_env()
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
         # one thread per child: two children (and in a batch, several submissions) already share the
         # cores, and spinning BLAS/OpenMP threads fighting over them cost more than they bring
