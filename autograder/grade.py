@@ -206,9 +206,13 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     found: dict[str, list[CheckResult]] = {}
     drawn: dict = {}
 
+    def not_run(name: str, why: str) -> list[CheckResult]:
+        return [CheckResult(c, False, why, not_run=True) for c in CHECKS
+                if c.stage == name and (c.visibility == "public" or not public_only)]
+
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
-            Worker(submission, timeout=timeout, zygote=zygote)
+            Worker(submission, timeout=timeout, zygote=zygote, reuse_memory=not torch)
         api = StudentAPI(worker)
         try:
             if torch:
@@ -216,9 +220,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                     api.warmup(timeout=max(120.0, timeout))
                 except (StudentError, StudentAborted) as e:
                     for name in names:
-                        found[name] = [CheckResult(c, False, f"torch could not be loaded: {e}", not_run=True)
-                                       for c in CHECKS if c.stage == name
-                                       and (c.visibility == "public" or not public_only)]
+                        found[name] = not_run(name, f"torch could not be loaded: {e}")
                     return
             for name in names:
                 found[name] = run_stage(api, ctx, name, submission, public_only)
@@ -226,6 +228,10 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                 from . import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))
+        except Exception as e:  # noqa: BLE001 - the grader's own trouble (a dead fork server): say so, per check
+            for name in names:
+                if name not in found:
+                    found[name] = not_run(name, f"not run: the grader failed ({e})")
         finally:
             worker.close()
 

@@ -28,20 +28,28 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
 
 
-_zygote: Zygote | None = None  # one fork server per grading process
+_zygote: Zygote | None = None  # the batch's fork server, shared by the grading processes forked after it
 
 
-def _start_process() -> None:
-    """Pool initializer: this process's fork server, closed when the process ends."""
+def _server() -> Zygote:
+    """The fork server to use: the shared one while it answers, else one of this process's own."""
     global _zygote
-    _zygote = Zygote()
-    multiprocessing.util.Finalize(None, _zygote.close, exitpriority=10)
+    if _zygote is None or not _zygote.alive():
+        _zygote = Zygote()
+        multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
+    return _zygote
 
 
 def grade_one(path: Path, secret: str | None, seed: int, timeout: float) -> dict:
     try:
         sub = locate(path)
-        res = grade(sub, seed=derive_seed(secret, sub) if secret else seed, timeout=timeout, zygote=_zygote)
+        seed = derive_seed(secret, sub) if secret else seed
+        server = _server()
+        res = grade(sub, seed=seed, timeout=timeout, zygote=server)
+        if not server.alive():
+            # the server died under this grading (a submission running as the grader's user killed it,
+            # maybe one graded beside this one): grade again, so only the culprit loses its points
+            res = grade(sub, seed=seed, timeout=timeout, zygote=_server())
         return {"results": results_json(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         return {"results": None, "error": f"{type(e).__name__}: {e}"}
@@ -75,20 +83,27 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
     # one process per job (the grader's own work needs a core too, which threads would share under
-    # one GIL), each with a fork server that imports numpy and torch once for all its submissions
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_start_process,
-                             mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
-        for fut in as_completed(futures):
-            p = futures[fut]
-            try:
-                r = fut.result()
-            except Exception as e:  # noqa: BLE001 - a grading process died: that row says so
-                r = {"results": None, "error": f"grading failed: {type(e).__name__}: {e}"}
-            rows[p.name] = r
-            if r["results"] is not None:
-                (out / f"{p.stem}.json").write_text(json.dumps(r["results"], indent=1))
-            progress.step(p.name)
+    # one GIL), all sharing one fork server that imports numpy and torch once for the whole batch
+    # (one torch-sized process instead of one per core)
+    global _zygote
+    fork = multiprocessing.get_context("fork")
+    _zygote = Zygote(lock=fork.Lock())
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=fork) as pool:
+            futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
+            for fut in as_completed(futures):
+                p = futures[fut]
+                try:
+                    r = fut.result()
+                except Exception as e:  # noqa: BLE001 - a grading process died: that row says so
+                    r = {"results": None, "error": f"grading failed: {type(e).__name__}: {e}"}
+                rows[p.name] = r
+                if r["results"] is not None:
+                    (out / f"{p.stem}.json").write_text(json.dumps(r["results"], indent=1))
+                progress.step(p.name)
+    finally:
+        _zygote.close()
+        _zygote = None
     _write_csv(out, rows)
     return out
 

@@ -46,6 +46,10 @@ class Limits:
     processes: int = 256  # when sandboxed under its own uid
 
 
+class ServerGone(RuntimeError):
+    """The batch's fork server died (see Zygote.alive)."""
+
+
 class StudentError(Exception):
     """The student's code raised. `info` has type, message, file, line."""
 
@@ -131,24 +135,37 @@ def copy_child_files(dest: Path) -> Path:
 
 
 class Zygote:
-    """A fork server (autograder.zygote) that has imported numpy and torch once; for batches."""
+    """A fork server (autograder.zygote) that has imported numpy and torch once; for batches.
 
-    def __init__(self) -> None:
+    Processes forked after it started may share it when it was given a multiprocessing lock:
+    one request and its reply at a time, whichever process asks."""
+
+    def __init__(self, lock=None) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("zygote.py")
         self.home.chmod(0o755)
         env = kept_env()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(script)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.home, env=env, start_new_session=True)
-        self.lock = threading.Lock()
+        self.lock = lock or threading.Lock()
         if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
             raise RuntimeError("the fork server did not start")
 
     def ask(self, req: dict) -> dict:
         with self.lock:
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
-            return json.loads(self.proc.stdout.readline())
+            try:
+                self.proc.stdin.write((json.dumps(req) + "\n").encode())
+                self.proc.stdin.flush()
+                return json.loads(self.proc.stdout.readline())
+            except (OSError, ValueError) as e:
+                raise ServerGone(f"the fork server stopped answering ({type(e).__name__})") from None
+
+    def alive(self) -> bool:
+        """Whether the server still answers (a submission running as the grader's user can kill it)."""
+        try:
+            return self.ask({"ping": 1}).get("pong") is True
+        except ServerGone:
+            return False
 
     def close(self) -> None:
         try:
@@ -165,8 +182,9 @@ class Worker:
     Started with subprocess, or forked by a Zygote (batches: torch is already imported there)."""
 
     def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None,
-                 zygote: "Zygote | None" = None) -> None:
+                 zygote: "Zygote | None" = None, reuse_memory: bool = False) -> None:
         self.submission = Path(submission)
+        self.reuse_memory = reuse_memory  # numpy child: see worker.reuse_memory
         self.zygote = zygote
         self.pid: int | None = None
         self.limits = limits or Limits(timeout_s=timeout)
@@ -191,6 +209,8 @@ class Worker:
         # one thread per child: two children (and in a batch, several submissions) already share the
         # cores, and spinning BLAS/OpenMP threads fighting over them cost more than they bring
         env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+        if self.reuse_memory:
+            env["ATTN_REUSE_MEMORY"] = "1"
         if self.zygote:
             os.mkfifo(self.scratch / "requests")
             os.mkfifo(self.scratch / "results")
@@ -253,7 +273,10 @@ class Worker:
     def _reap(self, timeout: float | None = None) -> int | None:
         """The child's exit code (negative: the signal), None if it is still running."""
         if self.zygote:
-            return self.zygote.ask({"wait": self.pid})["status"]
+            try:
+                return self.zygote.ask({"wait": self.pid})["status"]
+            except ServerGone:
+                return None
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -337,6 +360,6 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
     out = {}
     for kind, wanted in (("numpy", [n for n in names if not _S[n].torch]), ("torch", [n for n in names if _S[n].torch])):
         if wanted:
-            out[kind] = Worker(Path(submission).resolve(), timeout=timeout)
+            out[kind] = Worker(Path(submission).resolve(), timeout=timeout, reuse_memory=kind == "numpy")
             out[kind].start()
     return out

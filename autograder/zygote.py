@@ -3,7 +3,8 @@ FLOP count would import) once, then forks a fresh worker child per request, so a
 pay the torch import for every submission. It never runs student code itself: each forked child
 drops to its limits and uid before it loads a submission.
 
-Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": pid} -> {"status": code}.
+Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": pid} -> {"status": code};
+{"ping": 1} -> {"pong": true}.
 """
 import ctypes
 import json
@@ -71,6 +72,8 @@ def main() -> None:
                 finally:
                     os._exit(0)
             reply = {"pid": pid}
+        elif "ping" in req:
+            reply = {"pong": True}
         else:
             pid, status, deadline = req["wait"], None, time.monotonic() + 2
             while time.monotonic() < deadline:

@@ -3,6 +3,8 @@ import csv
 import json
 import shutil
 
+import pytest
+
 from conftest import EXERCISES, SOLUTIONS, variant
 
 from autograder.regrade import regrade
@@ -42,3 +44,53 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
         assert full.score == 100 and full.bonus_score == 30
     finally:
         z.close()
+
+
+@pytest.mark.parametrize("same_user", [True, False])
+def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user):
+    """Run as the grader's user, a child can kill the shared fork server; the batch starts another
+    and grades again whatever was being graded then. (Under its own uid the kill is refused.)"""
+    import autograder.sandbox as sb
+
+    if same_user:  # as on a laptop or a course server without root
+        monkeypatch.setattr(sb, "separate_user_possible", lambda: False)
+    starts = tmp_path / "starts"  # one line per fork server started, by any grading process
+    real_init = sb.Zygote.__init__
+
+    def counted_init(self, *a, **k):
+        with open(starts, "a") as f:
+            f.write("start\n")
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(sb.Zygote, "__init__", counted_init)
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    killer = {"softmax.py": [("import numpy as np\n", "import numpy as np\nimport os, signal\n"
+                                                    "os.kill(os.getppid(), signal.SIGKILL)\n")]}
+    shutil.move(str(variant(tmp_path / "k", killer)), batch / "aaron")
+    for name in ("alice", "bob", "carol", "dave"):
+        shutil.copytree(SOLUTIONS, batch / name)
+    out = regrade(batch, jobs=2, quiet=True)
+    rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert set(rows) == {"aaron", "alice", "bob", "carol", "dave"}
+    for name in ("alice", "bob", "carol", "dave"):
+        assert float(rows[name]["total"]) == 100, (name, rows[name]["error"])
+    servers = len(starts.read_text().split())
+    if not same_user and sb.separate_user_possible():  # the kill is refused: aaron's import fails
+        assert float(rows["aaron"]["softmax"]) < 12 and servers == 1
+    else:
+        assert servers >= 2, "aaron killed the shared server: a process started its own to grade again"
+
+
+def test_grade_one_replaces_a_dead_server(monkeypatch):
+    import autograder.regrade as rg
+    from autograder.sandbox import Zygote
+
+    dead = Zygote()
+    dead.close()
+    assert not dead.alive()
+    monkeypatch.setattr(rg, "_zygote", dead)
+    r = rg.grade_one(SOLUTIONS, None, 0, 10.0)
+    assert r["error"] is None and r["results"]["score"] == 100
+    assert rg._zygote is not dead and rg._zygote.alive()
+    rg._zygote.close()
