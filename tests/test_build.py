@@ -84,3 +84,20 @@ def test_gpu_check_script_runs_its_checks_on_cpu():
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("ok ") == 5
+    assert "fused kernel torch.float32: True ['aten::_scaled_dot_product_flash_attention_for_cpu']" in p.stdout
+    assert p.stdout.count("naive softmax(QK^T)V") == 2 and p.stdout.count("fused (solutions)") == 2
+
+
+def test_gpu_check_proof_fails_for_a_hand_written_fused_call(tmp_path):
+    """Code that never reaches sdpa runs fine with the math backend excluded: the profile must say so."""
+    import subprocess
+    import sys
+
+    from conftest import variant
+    from test_diagnosis import MUTANTS
+
+    sub = variant(tmp_path, MUTANTS["fused-not-fused"][0])
+    p = subprocess.run([sys.executable, "bench/gpu_check.py", "--cpu-smoke", "--submission", str(sub)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "fused kernel torch.float32: False no fused attention op ran" in p.stdout
