@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import wire
-
 HERE = Path(__file__).resolve().parent
 CHILD_FILES = ("worker.py", "wire.py", "drivers.py", "np_drivers.py", "zygote.py")  # all of the grader a child can see
 PACKAGE = "submission"
@@ -85,9 +83,10 @@ def separate_user_possible() -> bool:
     """Root, and an interpreter and numpy that another user can run (not under a private /root)."""
     if os.geteuid() != 0 or os.environ.get("ATTN_SANDBOX_SAME_USER"):
         return False
-    import numpy
+    import importlib.util
 
-    return _others_can_use(Path(sys.executable)) and _others_can_use(Path(numpy.__file__))
+    numpy = importlib.util.find_spec("numpy")  # found, not imported: the children start before numpy loads here
+    return _others_can_use(Path(sys.executable)) and numpy is not None and _others_can_use(Path(numpy.origin))
 
 
 _uids = itertools.count()
@@ -292,6 +291,8 @@ class Worker:
     # -- calls ------------------------------------------------------------
     def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call `module:function` (or `driver:name`) in the child and return its value."""
+        from . import wire  # imported here, not above: prestart starts the children before numpy loads
+
         if self.proc is None:
             self.start()
         self._next_id += 1
