@@ -100,12 +100,27 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     return torch.cat(outs, dim=1)
 
 
+def _flop_counter_mode():
+    """torch's FlopCounterMode, without the torch._dynamo import its first use costs (~1.5 s, on
+    `make grade`'s critical path). Its dispatch hook is wrapped to switch dynamo off, which matters
+    only under torch.compile, which no check uses; the wrapper imports dynamo unless it finds its
+    answer cached on the raw function, so the cache is filled with the raw function itself. Where
+    torch's internals differ, or the submission has loaded dynamo itself (torch.compile), nothing is
+    set and the import just happens."""
+    from torch.utils import flop_counter
+
+    hook = getattr(getattr(flop_counter, "_FlopCounterMode", None), "__torch_dispatch__", None)
+    raw = getattr(hook, "__wrapped__", None)
+    if callable(raw) and not hasattr(raw, "__dynamo_disable") and "torch._dynamo" not in sys.modules:
+        setattr(raw, "__dynamo_disable", raw)
+    return flop_counter.FlopCounterMode
+
+
 def decode_step_flops(d_model, n_heads, lengths, *, pkg):
     """FLOPs (FlopCounterMode) of one decode step (one new token) after `L` cached tokens, for each L."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     m = _build(pkg, d_model, n_heads, False)
     KVCache = _mod(pkg, "kv_cache").KVCache
+    FlopCounterMode = _flop_counter_mode()  # after the submission's modules are loaded (see there)
     counts = []
     g = torch.Generator().manual_seed(0)
     for L in lengths:

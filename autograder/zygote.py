@@ -1,6 +1,5 @@
-"""Fork server for batch grading: it imports numpy and torch (and torch._dynamo, which the first
-FLOP count would import) once, then forks a fresh worker child per request, so a regrade does not
-pay the torch import for every submission. It never runs student code itself: each forked child
+"""Fork server for batch grading: it imports numpy and torch once, then forks a fresh worker child
+per request, so a regrade does not pay the torch import for every submission. It never runs student code itself: each forked child
 drops to its limits and uid before it loads a submission.
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": pid} -> {"status": code};
@@ -17,7 +16,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy  # noqa: E402,F401
 import torch  # noqa: E402,F401
-import torch._dynamo  # noqa: E402,F401
 import torch.utils.flop_counter  # noqa: E402,F401
 
 from autograder import drivers, np_drivers, wire, worker  # noqa: E402,F401
