@@ -19,6 +19,7 @@ help:
 $(VENV)/.student: requirements-student.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+	@$(PY) -m compileall -q autograder attn_ref >/dev/null  # bytecode now: each grade starts ~25 ms sooner
 	@touch $@
 
 $(VENV)/.dev: requirements-dev.txt $(VENV)/.student

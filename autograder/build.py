@@ -90,6 +90,7 @@ help:
 $(VENV)/.student: requirements-student.txt
 \t@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 \t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+\t@$(PY) -m compileall -q autograder >/dev/null
 \t@touch $@
 
 grade: $(VENV)/.student
@@ -179,6 +180,7 @@ NUMPY=$(grep -E '^numpy==' /autograder/source/requirements-student.txt)
 TORCH=$(grep -E '^torch==' /autograder/source/requirements-student.txt)
 /autograder/venv/bin/pip install --no-cache-dir "$NUMPY"
 /autograder/venv/bin/pip install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/python -m compileall -q /autograder/source/autograder /autograder/source/attn_ref >/dev/null
 """
 
 RUN_AUTOGRADER = """\
