@@ -1,6 +1,6 @@
 """Fork server for batch grading: it imports numpy and torch once, then forks a fresh worker child
-per request, so a regrade does not pay the torch import for every submission. It never runs student code itself: each forked child
-drops to its limits and uid before it loads a submission.
+per request, so a regrade does not pay the torch import for every submission. It never runs
+student code itself: each forked child drops to its limits and uid before it loads a submission.
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": pid} -> {"status": code};
 {"ping": 1} -> {"pong": true}.

@@ -106,7 +106,8 @@ def fused_kernel_proof(sub: Path, device: str = "cuda", dtypes=(torch.float16, t
                          and any(s in k.lower() for s in ("flash", "fmha", "cudnn", "attention")))
         row = {"dtype": str(dtype), "fused_kernel": bool(ops), "ops": ops, "kernels": kernels[:5]}
         if not ops:
-            row["error"] = "no fused attention op ran: the call does not reach scaled_dot_product_attention's fused kernels"
+            row["error"] = ("no fused attention op ran: the call does not reach "
+                            "scaled_dot_product_attention's fused kernels")
         rows.append(row)
     return rows
 
