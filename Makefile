@@ -43,10 +43,10 @@ worked: $(VENV)/.student
 	@$(PY) -m autograder worked
 
 exercises: $(VENV)/.student
-	$(PY) -m autograder.make_exercises
+	$(PY) -m autograder.instructor.make_exercises
 
 check-exercises: $(VENV)/.student
-	$(PY) -m autograder.make_exercises --check
+	$(PY) -m autograder.instructor.make_exercises --check
 
 test: $(VENV)/.instructor
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
@@ -57,14 +57,14 @@ clean:
 # ---- instructor builds: the student repo and the Gradescope autograder ------------------------
 .PHONY: release autograder gradescope-local
 release: $(VENV)/.student
-	$(PY) -m autograder.build release --out dist/student
+	$(PY) -m autograder.instructor.build release --out dist/student
 
 autograder: $(VENV)/.student
-	$(PY) -m autograder.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET))
+	$(PY) -m autograder.instructor.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET))
 
 gradescope-local: $(VENV)/.student
 	@test -n "$(SUBMISSION_PATH)$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
-	$(PY) -m autograder.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
+	$(PY) -m autograder.instructor.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
 
 .PHONY: regrade
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...]
@@ -85,9 +85,9 @@ report: $(VENV)/.student  ## grade and write report.html: the stage table, faili
 
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db
-	$(PY) -m autograder.notebooks nbgrader --out dist/nbgrader
+	$(PY) -m autograder.instructor.notebooks nbgrader --out dist/nbgrader
 	cd dist/nbgrader && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" nbgrader db assignment add attention
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)" $(PY) -m autograder.notebooks otter --out dist/otter
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)" $(PY) -m autograder.instructor.notebooks otter --out dist/otter

@@ -1,39 +1,14 @@
-"""The student's functions, called by name in a child process (see autograder.sandbox).
-
-`StudentAPI(worker).softmax(x)` runs the submission's `softmax.softmax(x)` in the child.
-The same names exist on attn_ref.RefAPI, so a check can be computed both ways.
+"""The names the checks call, on both sides: `StudentAPI(worker).softmax(x)` runs the submission's
+`softmax.softmax(x)` in the child process (autograder.sandbox); `ReferenceAPI().softmax(x)` runs
+attn_ref's. Both resolve a name through the Function its stage declares (autograder/stages).
 """
 import functools
+import importlib
 import zlib
 
 import numpy as np
 
-TARGETS = {
-    "softmax": "softmax:softmax",
-    "dot_scores": "scores:dot_scores",
-    "simple_self_attention": "scores:simple_self_attention",
-    "project_qkv": "projections:project_qkv",
-    "scaled_scores": "scaling:scaled_scores",
-    "score_variance": "scaling:score_variance",
-    "causal_mask": "masking:causal_mask",
-    "apply_mask": "masking:apply_mask",
-    "attention": "masking:attention",
-    "split_heads": "heads:split_heads",
-    "merge_heads": "heads:merge_heads",
-    "multi_head_attention": "heads:multi_head_attention",
-    "tiled_attention": "tiled:tiled_attention",
-    "attention_backward": "backward:attention_backward",
-    "score_count": "costs:score_count",
-    "kv_cache_floats": "costs:kv_cache_floats",
-}
-DRIVERS = (
-    "warmup", "module_forward", "module_shapes", "module_structure", "kv_cache_numel", "kv_cache_probe",
-    "module_decode", "decode_step_flops", "fused_attention", "fused_probe", "module_fused_probe",
-    "fused_peak_memory",
-)
-TARGETS.update({name: f"driver:{name}" for name in DRIVERS})
-NP_DRIVERS = ("dropout_probe", "tiled_peak_memory", "tiled_key_rows")  # numpy-only helpers (autograder.np_drivers)
-TARGETS.update({name: f"npdriver:{name}" for name in NP_DRIVERS})
+from .stages import FUNCTIONS, TARGETS
 
 
 class StudentAPI:
@@ -44,6 +19,22 @@ class StudentAPI:
         if name not in TARGETS:
             raise AttributeError(name)
         return functools.partial(self.worker.call, TARGETS[name])
+
+
+class ReferenceAPI:
+    """attn_ref's function for every declared name that has one (ImportError where attn_ref is absent)."""
+
+    def __init__(self) -> None:
+        importlib.import_module("attn_ref")
+
+    def __getattr__(self, name: str):
+        ref = FUNCTIONS[name].reference if name in FUNCTIONS else None
+        if ref is None:
+            raise AttributeError(f"no reference declared for {name}")
+        module, func = ref.split(":")
+        fn = getattr(importlib.import_module(f"attn_ref.{module}"), func)
+        setattr(self, name, fn)  # found once
+        return fn
 
 
 class Context:

@@ -4,8 +4,6 @@ import json
 import sys
 from pathlib import Path
 
-from .registry import STAGE
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,18 +22,21 @@ def _grade(args) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stages = None
-    if args.stage:
-        stages = [s.strip() for s in args.stage.split(",") if s.strip()]
-        unknown = [s for s in stages if s not in STAGE]
-        if unknown:
-            print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
-            return 2
+    stages = [s.strip() for s in args.stage.split(",") if s.strip()] if args.stage else None
     from .sandbox import prestart
 
     workers = prestart(sub, stages, args.timeout)  # children load numpy/torch while the checks are imported
     from .grade import grade
-    from .report import terminal, write_json
+    from .report.gradescope_json import write_json
+    from .report.terminal import terminal
+    from .stages import STAGE
+
+    unknown = [s for s in stages or [] if s not in STAGE]
+    if unknown:
+        for w in workers.values():
+            w.close()
+        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
+        return 2
 
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))
     print(terminal(res, verbose=args.verbose, color=use_color()))
@@ -47,7 +48,7 @@ def _grade(args) -> int:
     if args.json:
         write_json(res, Path(args.json))
     if args.html:
-        from .html_report import write_html
+        from .report.html import write_html
 
         write_html(res, Path(args.html))
         print(f"wrote {args.html}")
@@ -74,7 +75,7 @@ def _hint(args) -> int:
 
 
 def _worked(args) -> int:
-    from .worked import WORKED
+    from .article_numbers import WORKED
 
     items = [w.as_json() for w in WORKED]
     if args.json:
@@ -97,7 +98,7 @@ def _submit(args) -> int:
 
 
 def _regrade(args) -> int:
-    from .regrade import regrade
+    from .instructor.regrade import regrade
 
     out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, args.secret, args.seed, args.timeout)
     print(f"wrote {out / 'summary.csv'} and one results JSON per submission in {out}/")

@@ -9,7 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import wire
+from .child import wire
+from .outcomes import MissingFixture
 
 FIXTURES = Path(__file__).with_name("fixtures.json")
 
@@ -34,10 +35,6 @@ class Recorder:
             return value
 
         return call
-
-
-class MissingFixture(Exception):
-    pass
 
 
 class Replayer:

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import checks  # noqa: F401  (registers every check)
-from .api import Context, StudentAPI
-from .compare import Fail
-from .diagnosis import CATALOGUE
-from .fixtures import MissingFixture
-from .registry import CHECKS, STAGE, STAGES, Check, stage_of_file
-from .sandbox import StudentAborted, StudentError, Worker
+from .api import Context, ReferenceAPI, StudentAPI
+from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
+from .registry import Check
+from .sandbox import Worker
+from .stages import CATALOGUE, CHECKS, STAGE, STAGES, stage_of_file
 
 NIE = "NotImplementedError"
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -104,6 +102,12 @@ def origin_of(error: dict) -> str | None:
     return stage_of_file(error.get("file"))
 
 
+def explain(mistake_id: str) -> str:
+    """The catalogue's line for a diagnosis, put in front of the check's own message."""
+    m = CATALOGUE[mistake_id]
+    return f"diagnosis {m.id}: {m.explanation} (reread {m.reread})\n"
+
+
 def describe_error(error: dict, submission: Path) -> str:
     where = f" at {submission / error['file']}:{error['line']}" if error.get("file") else ""
     if error["type"] == NIE:
@@ -128,7 +132,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                 note = c.fn(api, ctx.for_check(c.visibility))
             results.append(CheckResult(c, True, note=note if isinstance(note, str) else ""))
         except Fail as f:
-            results.append(CheckResult(c, False, str(f), diagnosis=f.diagnosis, arrays=f.arrays))
+            results.append(CheckResult(c, False, explain(f.diagnosis) + str(f) if f.diagnosis else str(f),
+                                       diagnosis=f.diagnosis, arrays=f.arrays))
         except StudentError as e:
             results.append(CheckResult(c, False, describe_error(e.info, submission), error=e.info,
                                        origin=origin_of(e.info)))
@@ -179,13 +184,14 @@ def decide_status(sr: StageResult, done: dict[str, StageResult]) -> None:
 def reference():
     """(ref, mistakes): attn_ref where it exists (full repo, autograder), else the release's fixtures."""
     try:
-        from attn_ref import RefAPI, mistakes
+        ref = ReferenceAPI()
+        from attn_ref import mistakes
     except ImportError:
         from .fixtures import Replayer, load
 
         store = load()
         return Replayer("ref", store), Replayer("mistakes", store)
-    return RefAPI, mistakes
+    return ref, mistakes
 
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
@@ -193,7 +199,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
           workers: dict | None = None, pictures: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only skips the hidden checks (as the student repo, which does not have them, does);
-    a zygote (sandbox.Zygote) forks both children instead of starting new interpreters (batches;
+    a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches;
     there the numpy child inherits the server's imported torch, unused);
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
     t0 = time.monotonic()

@@ -4,7 +4,9 @@ KV-cache decode step reads. Computed through the same API as the checks (student
 its child; a picture whose code fails carries the error instead)."""
 import numpy as np
 
-from .worked import K1, Q1, V1, WK2, WQ2, WV2, X
+from .outcomes import StudentAborted, StudentError
+
+from .article_numbers import K1, Q1, V1, WK2, WQ2, WV2, X
 
 TOKENS = ["she", "saw", "the", "cat"]
 Q2, K2, V2 = X @ WQ2, X @ WK2, X @ WV2
@@ -42,8 +44,6 @@ PICTURES = [
 
 def collect(api, ref) -> dict:
     """name -> {"title", "labels", "student" (or None), "reference", "error"}."""
-    from .sandbox import StudentAborted, StudentError
-
     out = {}
     for name, title, compute, labels in PICTURES:
         item = {"title": title, "labels": labels, "student": None, "reference": compute(ref), "error": None}

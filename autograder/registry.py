@@ -1,45 +1,35 @@
-"""The stages, their points, and the checks that grade them."""
-from dataclasses import dataclass
+"""The records a stage is declared with (Stage, Function, Mistake) and the Check each of its
+check functions becomes. It imports nothing from the package, so any module may use it.
+
+A stage module (autograder/stages/<name>.py) opens with `STAGE = Stage(name=..., ...)` and then
+registers its checks with `@STAGE.check(points=..., kind=..., visibility=...)`.
+"""
+from dataclasses import dataclass, field
 from typing import Callable
+
+KINDS = ("worked", "reference", "property")
+VISIBILITIES = ("public", "hidden")
 
 
 @dataclass(frozen=True)
-class Stage:
+class Function:
+    """A name the checks call: `api.<name>` runs `target` in the student's child process,
+    `ctx.ref.<name>` runs `reference` in attn_ref (when a check needs the reference's answer)."""
+
     name: str
-    number: int
-    points: int
-    files: tuple[str, ...]  # the submission modules this stage is written in
-    calls: tuple[str, ...]  # earlier stages whose functions it uses
-    torch: bool  # needs torch (runs in the torch child)
-    bonus: bool = False
+    target: str  # "module:function" in the submission, or "driver:<name>" / "npdriver:<name>" (child/)
+    reference: str | None = None  # "module:function" inside the attn_ref package
 
 
-STAGES: list[Stage] = [
-    Stage("softmax", 1, 12, ("softmax.py",), (), False),
-    Stage("dot_products", 2, 8, ("scores.py",), ("softmax",), False),
-    Stage("projections", 3, 8, ("projections.py",), (), False),
-    Stage("scaling", 4, 10, ("scaling.py",), (), False),
-    Stage("masking", 5, 16, ("masking.py",), ("softmax", "scaling"), False),
-    Stage("heads", 6, 16, ("heads.py", "module.py"), ("projections", "masking"), True),
-    Stage("kv_cache", 7, 16, ("kv_cache.py",), ("heads",), True),
-    Stage("fused", 8, 14, ("fused.py",), ("heads",), True),
-    # bonus stages: graded apart from the 100 core points
-    Stage("tiled", 9, 10, ("tiled.py",), (), False, bonus=True),
-    Stage("backward", 10, 10, ("backward.py",), (), False, bonus=True),
-    Stage("dropout", 11, 5, ("dropout.py",), (), False, bonus=True),
-    Stage("costs", 12, 5, ("costs.py",), ("kv_cache",), True, bonus=True),
-]
-STAGE = {s.name: s for s in STAGES}
-CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
-BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
+@dataclass(frozen=True)
+class Mistake:
+    """A known mistake, named in feedback only when a check's evidence matches it."""
 
-
-def stage_of_file(filename: str | None) -> str | None:
-    """Which stage a submission file belongs to (module.py counts as heads)."""
-    for s in STAGES:
-        if filename in s.files:
-            return s.name
-    return None
+    id: str
+    explanation: str
+    reread: str  # the article section (or docstring) to read again
+    where: str = ""  # "file.py:function" to open
+    stage: str = ""  # the stage that declares it (filled in when the stages are collected)
 
 
 @dataclass
@@ -59,17 +49,32 @@ class Check:
         return f"{self.stage}/{self.name}"
 
 
-CHECKS: list[Check] = []
+@dataclass(frozen=True)
+class Stage:
+    """Everything about one stage, in one place: see autograder/stages/__init__.py."""
 
+    name: str
+    number: int
+    points: int
+    files: tuple[str, ...]  # every submission module this stage is written in
+    calls: tuple[str, ...] = ()  # earlier stages whose functions it uses
+    torch: bool = False  # needs torch (runs in the torch child)
+    bonus: bool = False  # graded apart from the 100 core points
+    functions: tuple[Function, ...] = ()  # what its checks call, on the student's side and the reference's
+    intro: str = ""  # one or two sentences that open the stage in the notebook editions
+    hints: tuple[str, ...] = ()  # `make hint`'s ladder, from a nudge to a near-answer
+    mistakes: tuple[Mistake, ...] = ()  # its catalogue of known mistakes
+    worked_points: float = 0.0  # points of each article number checked in this stage (article_numbers.py)
+    checks: list[Check] = field(default_factory=list, compare=False, hash=False, repr=False)
 
-def check(stage: str, points: float, kind: str, visibility: str = "hidden", cite: str = ""):
-    """Register `fn(api, ctx)` as a check: it raises compare.Fail (or lets a student error through) to fail."""
-    assert stage in STAGE, stage
-    assert kind in ("worked", "reference", "property"), kind
+    def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = ""):
+        """Register `fn(api, ctx)` as a check of this stage: it raises outcomes.Fail (or lets a
+        student error through) to fail, and may return a note to show when it passes."""
+        assert kind in KINDS and visibility in VISIBILITIES, (kind, visibility)
 
-    def deco(fn: Callable) -> Callable:
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
-        CHECKS.append(Check(stage, fn.__name__, points, kind, visibility, fn, doc, cite))
-        return fn
+        def deco(fn: Callable) -> Callable:
+            doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
+            self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite))
+            return fn
 
-    return deco
+        return deco

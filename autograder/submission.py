@@ -7,9 +7,7 @@ import zipfile
 from pathlib import Path
 
 from . import KIT_VERSION
-from .registry import STAGES
-
-STAGE_FILES = sorted({f for s in STAGES for f in s.files} | {"module.py"})
+from .stages import SUBMISSION_FILES as STAGE_FILES
 MAX_UNZIPPED = 5 * 2**20
 
 

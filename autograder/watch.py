@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .registry import STAGE, STAGES
+from .stages import STAGE, STAGES
 
 CLEAR = "\033[2J\033[H"
 
@@ -29,7 +29,7 @@ def affected_stages(changed: set[str]) -> list[str]:
     """Stages to re-grade when these file names changed, in stage order."""
     hit: set[str] = set()
     for s in STAGES:
-        if changed & set(s.files) or ("module.py" in changed and s.name in ("kv_cache", "fused")):
+        if changed & set(s.files):
             hit |= dependents(s.name)
     return [s.name for s in STAGES if s.name in hit]
 
@@ -38,23 +38,9 @@ def snapshot(folder: Path) -> dict[str, float]:
     return {p.name: p.stat().st_mtime for p in folder.glob("*.py")}
 
 
-def screen(res, statuses: dict[str, str], graded: list[str], color: bool) -> str:
-    from .report import STATUS_WORD, next_step, terminal
-
-    core = [s for s in STAGES if not s.bonus]
-    done = sum(statuses.get(s.name) == "passed" for s in core)
-    bar = "#" * (3 * done) + "." * (3 * (len(core) - done))
-    lines = [f"[{bar}] {done}/{len(core)} core stages pass   (watching; Ctrl-C to stop)", ""]
-    for name in graded:
-        sr = res.stages[name]
-        lines.append(f"  stage {STAGE[name].number} {name}: {STATUS_WORD[sr.status]} ({sr.score:g}/{sr.max_score:g})")
-    body = terminal(res, color=color).split("\n")
-    details = [line for line in body if line.startswith(("  Diagnosis", "  x ", "      "))][:12]
-    return "\n".join(lines + [""] + details + ["", "Next step: " + next_step(res)])
-
-
 def watch(folder: Path, interval: float = 0.3, timeout: float = 10.0, color: bool = False, out=sys.stdout) -> int:
     from .grade import grade
+    from .report.watch_screen import screen
 
     statuses: dict[str, str] = {}
     seen: dict[str, float] = {}

@@ -69,7 +69,7 @@ def main() -> int:
     row("make grade STAGE=softmax", timed(grade + ["--stage", "softmax"], args.runs), "import numpy", floor_np,
         "<= 3x and < 1 s")
 
-    from autograder.build import autograder_zip, gradescope_local
+    from autograder.instructor.build import autograder_zip, gradescope_local
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

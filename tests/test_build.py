@@ -4,7 +4,7 @@ import zipfile
 
 from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
 
-from autograder.make_exercises import generate, stub_source
+from autograder.instructor.make_exercises import generate, stub_source
 from autograder.submission import locate, make_zip
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, grade, variant
 
-from autograder.build import autograder_zip, gradescope_local
-from autograder.sandbox import separate_user_possible
-from autograder.worked import X
+from autograder.instructor.build import autograder_zip, gradescope_local
+from autograder.launchers import separate_user_possible
+from autograder.article_numbers import X
 
 SECRET = "test-course-secret"
 SOFTMAX_HEAD = '"""Stage 1: a numerically stable softmax.'
@@ -74,7 +74,7 @@ def test_submit_zip_and_exercises_folder_are_found(zip_path, tmp_path):
 
 
 def test_hidden_seed_depends_on_secret_and_submission(zip_path, tmp_path):
-    from autograder.gradescope import derive_seed
+    from autograder.instructor.gradescope import derive_seed
 
     a = derive_seed(SECRET, ROOT / "solutions")
     assert a == derive_seed(SECRET, ROOT / "solutions")
@@ -219,7 +219,7 @@ def test_hard_coded_worked_outputs_earn_only_worked_points(zip_path, tmp_path):
 
 def test_zip_scores_agree_with_make_grade(zip_path, tmp_path):
     """Stage by stage, the zip gives what `grade` gives with the same (secret-derived) seed."""
-    from autograder.gradescope import derive_seed
+    from autograder.instructor.gradescope import derive_seed
 
     for name, edits in {"mask": {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]},
                         "scale": {"scaling.py": [(") / np.sqrt(d_k)  #", ")  #")]}}.items():

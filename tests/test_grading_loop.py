@@ -6,8 +6,9 @@ import sys
 import pytest
 from conftest import ROOT, SOLUTIONS, grade, variant
 
-from autograder.registry import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
-from autograder.report import results_json, terminal
+from autograder.stages import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
+from autograder.report.gradescope_json import results_json
+from autograder.report.terminal import terminal
 
 STAGE_POINTS = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16,
                 "heads": 16, "kv_cache": 16, "fused": 14, "tiled": 10, "backward": 10, "dropout": 5, "costs": 5}

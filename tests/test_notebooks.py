@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, grade, variant
 
-from autograder.notebooks import nbgrader_course
+from autograder.instructor.notebooks import nbgrader_course
 
 NBGRADER = Path(sys.executable).with_name("nbgrader")
 pytestmark = pytest.mark.skipif(not NBGRADER.exists(), reason="nbgrader is not installed (requirements-instructor.txt)")
@@ -79,7 +79,7 @@ OTTER = Path(sys.executable).with_name("otter")
 def otter_assignment(tmp_path_factory):
     if not OTTER.exists():
         pytest.skip("otter-grader is not installed (requirements-instructor.txt)")
-    from autograder.notebooks import otter_assign
+    from autograder.instructor.notebooks import otter_assign
 
     return otter_assign(tmp_path_factory.mktemp("otter"))
 

@@ -10,14 +10,15 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT
 
-from attn_ref import RefAPI, core
+from attn_ref import core
+from autograder.api import ReferenceAPI
 from autograder.compare import check_printed, check_within
-from autograder.worked import WORKED
+from autograder.article_numbers import WORKED
 
 
 @pytest.mark.parametrize("w", WORKED, ids=[w.id for w in WORKED])
 def test_reference_reproduces_worked_number(w):
-    got = w.compute(RefAPI)
+    got = w.compute(ReferenceAPI())
     if isinstance(w.precision, dict):
         check_within(got, w.expected, w.precision["sampling_error"], w.id)
     else:
@@ -26,7 +27,7 @@ def test_reference_reproduces_worked_number(w):
 
 def test_worked_check_fails_on_a_wrong_number():
     """The worked comparison really compares: one unit in the last printed place is too much."""
-    from autograder.compare import Fail
+    from autograder.outcomes import Fail
 
     with pytest.raises(Fail):
         check_printed([0.4111, 0.1978], [0.4011, 0.1978], 4, "x")
@@ -118,7 +119,7 @@ def test_decode_flop_count_skips_the_dynamo_import_and_counts_the_same():
     """drivers._flop_counter_mode spares `make grade` torch._dynamo's import (~1.5 s): same counts, no import."""
     script = (
         "import sys; sys.path.insert(0, '.')\n"
-        "from autograder import drivers, worker\n"
+        "from autograder.child import drivers, worker\n"
         "worker.load_package('solutions', 'submission')\n"
         "fast = drivers.decode_step_flops(64, 4, [64, 128, 256], pkg='submission')\n"
         "assert 'torch._dynamo' not in sys.modules, 'dynamo was imported'\n"

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import EXERCISES, SOLUTIONS, variant
 
-from autograder.regrade import regrade
+from autograder.instructor.regrade import regrade
 
 
 def test_regrade_folder(tmp_path):
@@ -32,7 +32,7 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
     """Forked from the fork server, a torch child still crashes alone, times out alone, and is swept."""
     from conftest import grade
 
-    from autograder.sandbox import Zygote
+    from autograder.launchers import ForkServer as Zygote
 
     z = Zygote()
     try:
@@ -50,19 +50,19 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
 def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user):
     """Run as the grader's user, a child can kill the shared fork server; the batch starts another
     and grades again whatever was being graded then. (Under its own uid the kill is refused.)"""
-    import autograder.sandbox as sb
+    import autograder.launchers as sb
 
     if same_user:  # as on a laptop or a course server without root
         monkeypatch.setattr(sb, "separate_user_possible", lambda: False)
     starts = tmp_path / "starts"  # one line per fork server started, by any grading process
-    real_init = sb.Zygote.__init__
+    real_init = sb.ForkServer.__init__
 
     def counted_init(self, *a, **k):
         with open(starts, "a") as f:
             f.write("start\n")
         real_init(self, *a, **k)
 
-    monkeypatch.setattr(sb.Zygote, "__init__", counted_init)
+    monkeypatch.setattr(sb.ForkServer, "__init__", counted_init)
     batch = tmp_path / "batch"
     batch.mkdir()
     killer = {"softmax.py": [("import numpy as np\n", "import numpy as np\nimport os, signal\n"
@@ -83,8 +83,8 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
 
 
 def test_grade_one_replaces_a_dead_server(monkeypatch):
-    import autograder.regrade as rg
-    from autograder.sandbox import Zygote
+    import autograder.instructor.regrade as rg
+    from autograder.launchers import ForkServer as Zygote
 
     dead = Zygote()
     dead.close()

@@ -6,7 +6,7 @@ import sys
 import pytest
 from conftest import ROOT, SOLUTIONS
 
-from autograder.build import release, strip_hidden_checks
+from autograder.instructor.build import release, strip_hidden_checks
 
 
 @pytest.fixture(scope="module")

@@ -16,26 +16,26 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from .grade import grade
+from ..grade import grade
+from ..launchers import ForkServer
+from ..report.gradescope_json import results_json
+from ..stages import STAGES
+from ..submission import locate
 from .gradescope import derive_seed
-from .registry import STAGES
-from .report import results_json
-from .sandbox import Zygote
-from .submission import locate
 
 
 def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
 
 
-_zygote: Zygote | None = None  # the batch's fork server, shared by the grading processes forked after it
+_zygote: ForkServer | None = None  # the batch's fork server, shared by the grading processes forked after it
 
 
-def _server() -> Zygote:
+def _server() -> ForkServer:
     """The fork server to use: the shared one while it answers, else one of this process's own."""
     global _zygote
     if _zygote is None or not _zygote.alive():
-        _zygote = Zygote()
+        _zygote = ForkServer()
         multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
     return _zygote
 
@@ -87,7 +87,7 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     # (one torch-sized process instead of one per core)
     global _zygote
     fork = multiprocessing.get_context("fork")
-    _zygote = Zygote(lock=fork.Lock())
+    _zygote = ForkServer(lock=fork.Lock())
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=fork) as pool:
             futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}

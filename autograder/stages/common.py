@@ -1,6 +1,9 @@
 """Helpers shared by the stage checks."""
 import numpy as np
 
+from ..outcomes import Fail, StudentError
+
+
 def shape_str(*arrays) -> str:
     return ", ".join(f"{list(a.shape)} {a.dtype}" for a in arrays)
 
@@ -17,9 +20,6 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
 
     If the call returns instead, the value is handed back when `returned_ok`, else that fails.
     """
-    from ..compare import Fail
-    from ..sandbox import StudentError
-
     try:
         got = call()
     except StudentError as e:
@@ -36,8 +36,6 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
 def require_nontrivial(out_a, out_b, what: str) -> None:
     """A property such as equivariance holds for a constant function too; demand that the output
     changes when the input does, so a hard-coded or all-zero answer earns nothing here."""
-    from ..compare import Fail
-
     a, b = np.asarray(out_a, dtype=float), np.asarray(out_b, dtype=float)
     if a.shape == b.shape and np.allclose(a, b):
         raise Fail(f"{what} gave the same output for two different inputs: it ignores its input")

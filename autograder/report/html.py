@@ -8,11 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .diagnosis import CATALOGUE
-from .grade import Results
-from .hints import HINTS
-from .registry import STAGES
-from .report import STATUS_WORD, blocked_note, next_step
+from ..advice import STATUS_WORD, blocked_note, next_step
+from ..grade import Results
+from ..stages import CATALOGUE, HINTS, STAGES
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}

@@ -1,12 +1,55 @@
 """Stage 5 checks: causal masks, apply_mask and single-head attention."""
 import numpy as np
 
-from ..compare import Fail, check_close
+from ..compare import check_close
 from ..diagnosis import diagnosed
-from ..registry import check
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import expect_value_error, randn, require_nontrivial, shape_str
 
-S = "masking"
+STAGE = Stage(
+    name="masking", number=5, points=16, files=("masking.py",), calls=("softmax", "scaling"),
+    worked_points=0.5,
+    functions=(
+        Function(name="causal_mask", target="masking:causal_mask", reference="api:causal_mask"),
+        Function(name="apply_mask", target="masking:apply_mask", reference="core:apply_mask"),
+        Function(name="attention", target="masking:attention", reference="core:attention"),
+    ),
+    intro="Masks (True = may attend) and single-head attention.",
+    hints=(
+        "A forbidden position must get weight exactly 0 and the others must still sum to 1, so the mask acts on "
+        "the scores, before softmax. Article A, 'Hide forbidden positions before softmax'.",
+        "Set forbidden scores to -inf (not 0: exp(0) is 1). For the causal mask, compare a column of query "
+        "indices with a row of key indices; broadcasting builds the whole [n_q, n_k] table.",
+        "With fewer queries than keys, the queries are the last n_q positions: query i sits at position n_k - n_q "
+        "+ i and may see every key up to and including that position.",
+    ),
+    mistakes=(
+        Mistake(id="mask-zero-not-neginf", where="masking.py:apply_mask",
+                explanation="forbidden scores are set to 0, and exp(0) = 1 still gives them weight; set them to "
+                            "-inf",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="mask-after-softmax", where="masking.py:attention",
+                explanation="weights are zeroed after softmax, so the rows no longer sum to 1; mask the scores "
+                            "before softmax",
+                reread="Article A, 'Hide forbidden positions before softmax'"),
+        Mistake(id="mask-future-visible", where="masking.py:causal_mask",
+                explanation="the mask lets queries see later positions (upper triangle); token i may only see "
+                            "keys j <= i",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="mask-excludes-self", where="masking.py:causal_mask",
+                explanation="the mask hides each token from itself; the diagonal is allowed (j <= i, not j < i)",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="mask-top-left", where="masking.py:causal_mask",
+                explanation="with fewer queries than keys the mask is aligned top-left; the queries are the last "
+                            "n_q positions, so query i sees keys j <= n_k - n_q + i",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="linear-attention", where="masking.py:attention",
+                explanation="softmax is missing: the output is (q k^T) v, a different mechanism, not a weighted "
+                            "average",
+                reread="Article A, 'A transparent reference implementation'"),
+    ),
+)
 
 
 def _pair(got, what: str):
@@ -26,7 +69,7 @@ def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     check_close(w, ref_w, "attention weights", inputs=inputs, mistakes=variants(1))
 
 
-@check(S, 2, "reference", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(2, "reference", "public", cite="Article B, 'Causal attention'")
 def causal_mask_reference(api, ctx):
     """causal_mask is bool, lower-triangular, and aligned bottom-right when n_q != n_k"""
     for args in [(4,), (1,), (3, 3), (2, 5), (1, 6), (4, 7)]:
@@ -49,7 +92,7 @@ def causal_mask_reference(api, ctx):
                                     "bad": (got != want).tolist()})
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def apply_mask_reference(api, ctx):
     """apply_mask puts -inf exactly where the mask is False and leaves the rest alone"""
     rng = ctx.rng("apply")
@@ -65,7 +108,7 @@ def apply_mask_reference(api, ctx):
                 mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0)})
 
 
-@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
@@ -73,7 +116,7 @@ def apply_mask_empty_row_raises(api, ctx):
                        returned_ok=False)
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def attention_reference(api, ctx):
     """attention matches the reference: random masks, n_q != n_k, d_v != d_k, batch dims, n = 1, float32"""
     rng = ctx.rng("attn")
@@ -86,7 +129,7 @@ def attention_reference(api, ctx):
         _attention_case(api, ctx, q, k, v, allowed, f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask")
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def attention_no_mask(api, ctx):
     """allowed=None lets every query see every key"""
     rng = ctx.rng("attn-none")
@@ -94,7 +137,7 @@ def attention_no_mask(api, ctx):
     _attention_case(api, ctx, q, k, v, None, f"q {shape_str(q)}, k {shape_str(k)}, allowed=None")
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def attention_large_scores(api, ctx):
     """stays exact when the scores reach +-1e4 (float64)"""
     rng = ctx.rng("attn-large")
@@ -103,7 +146,7 @@ def attention_large_scores(api, ctx):
     _attention_case(api, ctx, q, k, v, allowed, "q, k [4, 4] x 70: scores near +-1e4, causal")
 
 
-@check(S, 1, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(1, "property", "public", cite="Article B, 'Causal attention'")
 def masked_weights_exactly_zero(api, ctx):
     """forbidden positions get weight exactly 0"""
     rng = ctx.rng("attn-zero")
@@ -119,7 +162,7 @@ def masked_weights_exactly_zero(api, ctx):
         raise Fail(f"query {i} puts weight {w[i, j]:.4g} on future key {j}; forbidden weights must be exactly 0")
 
 
-@check(S, 0.5, "property", "public")
+@STAGE.check(0.5, "property", "public")
 def weights_sum_to_one(api, ctx):
     """every query's weights sum to 1, masked or not"""
     rng = ctx.rng("attn-sum")
@@ -130,7 +173,7 @@ def weights_sum_to_one(api, ctx):
         raise Fail(f"row sums of the weights are {np.round(sums, 4).tolist()}, expected all 1")
 
 
-@check(S, 1, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(1, "property", "public", cite="Article B, 'Causal attention'")
 def future_does_not_leak(api, ctx):
     """with a causal mask, changing later tokens never changes earlier outputs"""
     rng = ctx.rng("attn-future")

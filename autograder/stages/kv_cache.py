@@ -1,16 +1,49 @@
 """Stage 7 checks: the KV cache and decoding with it."""
 import numpy as np
 
-from ..compare import Fail, check_close
+from ..compare import check_close
 from ..diagnosis import diagnosed
-from ..registry import check
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import randn, shape_str
 from .heads import module_weights
 
-S = "kv_cache"
+STAGE = Stage(
+    name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
+    torch=True, worked_points=1.0,
+    functions=(
+        Function(name="kv_cache_numel", target="driver:kv_cache_numel", reference="api:kv_cache_numel"),
+        Function(name="kv_cache_probe", target="driver:kv_cache_probe"),
+        Function(name="module_decode", target="driver:module_decode"),
+        Function(name="decode_step_flops", target="driver:decode_step_flops"),
+    ),
+    intro="A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
+    hints=(
+        "When generating, the keys and values of earlier tokens never change, so keep them and only compute the "
+        "new token's. Article B, 'What it costs as the sequence grows'.",
+        "Allocate k and v once at full size; `length` says how much is filled. append writes the new slice at "
+        "[length, length + t) along the position axis and returns views of the filled part.",
+        "In forward, append the new keys/values before attending, so each new token sees itself. The queries are "
+        "the last T of the L cached positions: the causal mask is aligned bottom-right.",
+    ),
+    mistakes=(
+        Mistake(id="cache-top-left-causal", where="module.py:attend",
+                explanation="the causal mask of a decode step is aligned top-left, so the new token sees only the "
+                            "first key(s) (what SDPA's is_causal does when T_q != T_k); align it bottom-right",
+                reread="Article B, 'What it costs as the sequence grows'"),
+        Mistake(id="cache-missing-new-token", where="module.py:forward",
+                explanation="the new tokens attend to the cache before their own keys and values are appended, so "
+                            "a token never sees itself; append first",
+                reread="Article B, 'What it costs as the sequence grows'"),
+        Mistake(id="cache-quadratic-step", where="module.py:forward",
+                explanation="the output is right but one decode step does work that grows with the square of the "
+                            "cache length; compute only the new rows of scores",
+                reread="Article B, 'What it costs as the sequence grows'"),
+    ),
+)
 
 
-@check(S, 2, "property", "public")
+@STAGE.check(2, "property", "public")
 def allocates_up_front(api, ctx):
     """KVCache preallocates k and v as [B, H, max_len, D] in the requested dtype, length 0"""
     for dtype in ("float32", "float64"):
@@ -24,7 +57,7 @@ def allocates_up_front(api, ctx):
             raise Fail(f"a new KVCache has length {r['lengths'][0]}, expected 0")
 
 
-@check(S, 2, "property", "public")
+@STAGE.check(2, "property", "public")
 def append_returns_prefix(api, ctx):
     """append writes at `length`, advances it, and returns everything filled so far"""
     r = api.kv_cache_probe(1, 2, 12, 3, [4, 1, 1, 3])
@@ -38,7 +71,7 @@ def append_returns_prefix(api, ctx):
                    "(expected k[:, :, :length], v[:, :, :length])")
 
 
-@check(S, 1.5, "property", "public")
+@STAGE.check(1.5, "property", "public")
 def append_past_max_len_raises(api, ctx):
     """appending past max_len raises ValueError"""
     r = api.kv_cache_probe(1, 1, 5, 2, [3, 3])
@@ -61,26 +94,26 @@ def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
                 ignore_nan_in_mistakes=True)
 
 
-@check(S, 3, "property", "hidden", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(3, "property", "hidden", cite="Article B, 'What it costs as the sequence grows'")
 def decode_token_by_token(api, ctx):
     """decoding one token at a time equals the full forward on every position"""
     _decode(api, ctx, "decode-1", [1] * 7)
 
 
-@check(S, 2.5, "property", "hidden")
+@STAGE.check(2.5, "property", "hidden")
 def decode_in_chunks(api, ctx):
     """a prompt chunk then smaller chunks (bottom-right causal alignment) equals the full forward"""
     _decode(api, ctx, "decode-chunks", [4, 1, 3, 2])
     _decode(api, ctx, "decode-chunks-b", [2, 5], B=1, C=12, H=3)
 
 
-@check(S, 1, "property", "hidden")
+@STAGE.check(1, "property", "hidden")
 def decode_float64(api, ctx):
     """decoding in float64 (a float64 cache) matches the reference tightly"""
     _decode(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
-@check(S, 3, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(3, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
 def decode_step_cost_linear(api, ctx):
     """the FLOPs of one decode step grow linearly with the cache length, not quadratically"""
     lengths = [64, 128, 256]

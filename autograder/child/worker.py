@@ -1,9 +1,9 @@
-"""The child process that runs student code. Started by autograder.sandbox (or forked by
-autograder.zygote), never by hand.
+"""The child process that runs student code. Started by autograder.launchers (or forked by
+the fork server, autograder/child/fork_server.py), never by hand.
 
 argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD
 Reads one JSON request per line from REQUEST_FD, calls "module:function" in the
-submission package (or "driver:name" in autograder.drivers), writes one JSON
+submission package (or "driver:name" in autograder/child/drivers.py), writes one JSON
 reply per line to RESULT_FD. Student prints go to stdout, which the parent
 keeps out of the results.
 """
@@ -14,9 +14,9 @@ import os
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from autograder import wire  # noqa: E402
+from autograder.child import wire  # noqa: E402
 
 
 def load_package(sub_dir: str, pkg: str) -> None:
@@ -41,11 +41,11 @@ def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
 def resolve(target: str, pkg: str):
     module_name, func = target.split(":")
     if module_name == "driver":
-        from autograder import drivers  # imports torch
+        from autograder.child import drivers  # imports torch
 
         return getattr(drivers, func)
     if module_name == "npdriver":
-        from autograder import np_drivers
+        from autograder.child import np_drivers
 
         return getattr(np_drivers, func)
     return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)

@@ -1,11 +1,11 @@
 """Instructor builds: the student repo (`make release`), the Gradescope zip (`make autograder`)
 and a local run of that zip laid out like Gradescope (`make gradescope-local`).
 
-    python -m autograder.build release [--out dist/student]
-    python -m autograder.build autograder [--out dist/autograder.zip] [--secret S]
-    python -m autograder.build gradescope-local --submission PATH [--zip dist/autograder.zip]
+    python -m autograder.instructor.build release [--out dist/student]
+    python -m autograder.instructor.build autograder [--out dist/autograder.zip] [--secret S]
+    python -m autograder.instructor.build gradescope-local --submission PATH [--zip dist/autograder.zip]
 
-Never shipped to students (nor are make_exercises.py, regrade.py and gradescope.py).
+Never shipped to students: the release leaves out autograder/instructor/ as a folder.
 """
 import argparse
 import ast
@@ -18,20 +18,20 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+GRADER = ROOT / "autograder"
 DIST = ROOT / "dist"
-INSTRUCTOR_ONLY = {"build.py", "make_exercises.py", "regrade.py", "gradescope.py", "notebooks.py"}
 
 # ---------------------------------------------------------------------------------- release --
 
 
 def _is_hidden_check(node: ast.AST) -> bool:
-    """A function decorated with check(...) whose visibility is not "public" (hidden is the default)."""
+    """A function decorated with STAGE.check(...) whose visibility is not "public" (hidden is the default)."""
     if not isinstance(node, ast.FunctionDef):
         return False
     for d in node.decorator_list:
-        if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "check":
-            vis = d.args[3] if len(d.args) > 3 else next((k.value for k in d.keywords if k.arg == "visibility"), None)
+        if isinstance(d, ast.Call) and getattr(d.func, "attr", None) == "check":
+            vis = d.args[2] if len(d.args) > 2 else next((k.value for k in d.keywords if k.arg == "visibility"), None)
             return not (isinstance(vis, ast.Constant) and vis.value == "public")
     return False
 
@@ -52,16 +52,17 @@ def strip_hidden_checks(source: str) -> str:
 
 def record_fixtures() -> dict:
     """Run the public checks on the solutions with the reference recorded: their expected values."""
-    from attn_ref import RefAPI, mistakes
+    from attn_ref import mistakes
 
-    from . import compare
-    from .fixtures import Recorder
-    from .grade import grade
+    from .. import compare
+    from ..api import ReferenceAPI
+    from ..fixtures import Recorder
+    from ..grade import grade
 
     store: dict = {}
     compare.EAGER_MISTAKES = True  # the student repo must be able to diagnose without attn_ref
     try:
-        res = grade(ROOT / "solutions", ref=Recorder(RefAPI, "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
+        res = grade(ROOT / "solutions", ref=Recorder(ReferenceAPI(), "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
                     public_only=True, pictures=True)
     finally:
         compare.EAGER_MISTAKES = False
@@ -147,16 +148,16 @@ def release(out: Path = DIST / "student") -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     shutil.copytree(ROOT / "exercises", out / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
-    (out / "autograder" / "checks").mkdir(parents=True)
-    for path in sorted((ROOT / "autograder").rglob("*.py")):
-        rel = path.relative_to(ROOT / "autograder")
-        if rel.name in INSTRUCTOR_ONLY and len(rel.parts) == 1:
+    for path in sorted(GRADER.rglob("*.py")):
+        rel = path.relative_to(GRADER)
+        if rel.parts[0] == "instructor":
             continue
         text = path.read_text()
-        if rel.parts[0] == "checks":
+        if rel.parts[0] == "stages":
             text = strip_hidden_checks(text)
+        (out / "autograder" / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / "autograder" / rel).write_text(text)
-    from .fixtures import save
+    from ..fixtures import save
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
@@ -191,7 +192,7 @@ set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
 cd "$ROOT/source"
-exec "$PY" -m autograder.gradescope
+exec "$PY" -m autograder.instructor.gradescope
 """
 
 
@@ -238,7 +239,7 @@ def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autograder.build")
+    p = argparse.ArgumentParser(prog="python -m autograder.instructor.build")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("release")
     r.add_argument("--out", default=str(DIST / "student"))

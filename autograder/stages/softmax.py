@@ -3,15 +3,49 @@ import ast
 
 import numpy as np
 
-from ..compare import Fail, check_close
+from ..compare import check_close
 from ..diagnosis import diagnosed
-from ..registry import check
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import RAISED, expect_value_error, randn, require_nontrivial, shape_str
 
-S = "softmax"
+STAGE = Stage(
+    name="softmax", number=1, points=12, files=("softmax.py",), calls=(),
+    worked_points=0.5,
+    functions=(
+        Function(name="softmax", target="softmax:softmax", reference="core:softmax"),
+    ),
+    intro="Turn a row of scores into weights that are positive and sum to one, stably.",
+    hints=(
+        "Softmax turns any row of scores into positive shares that add up to one: exponentiate, then divide by "
+        "the row's total. Article A, 'How the scores become shares'.",
+        "exp(1e4) is inf in floating point. Subtracting the same number from every score in a slice changes no "
+        "ratio, so subtract the slice's maximum first (keepdims=True keeps the shapes broadcastable).",
+        "exp(-inf) is exactly 0, which is how a masked entry gets no weight. But if the maximum of a slice is "
+        "itself -inf, every entry is masked: check for that and raise ValueError before dividing 0 by 0.",
+    ),
+    mistakes=(
+        Mistake(id="softmax-unstable", where="softmax.py:softmax",
+                explanation="exp() of the raw scores overflows for large scores; subtract each slice's maximum "
+                            "first (it cancels in the ratio)",
+                reread="Article A, 'How the scores become shares'"),
+        Mistake(id="softmax-wrong-axis", where="softmax.py:softmax",
+                explanation="the weights are normalised along the wrong axis; each query's weights over the keys "
+                            "(the `axis` argument) must sum to 1",
+                reread="Article A, 'How the scores become shares'"),
+        Mistake(id="softmax-no-exp", where="softmax.py:softmax",
+                explanation="the scores are divided by their sum without exponentiating, which allows negative "
+                            "weights and keeps them proportional to the raw scores",
+                reread="Article B, 'Simple self-attention'"),
+        Mistake(id="softmax-fully-masked-silent", where="softmax.py:softmax",
+                explanation="a slice that is entirely -inf came back as NaN or zeros; there is nothing to "
+                            "normalise, so raise ValueError",
+                reread="Article A, 'Hide forbidden positions before softmax'"),
+    ),
+)
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def reference_fp64(api, ctx):
     """matches the reference on random float64 scores, any shape, along every axis"""
     rng = ctx.rng("softmax-fp64")
@@ -24,7 +58,7 @@ def reference_fp64(api, ctx):
                                       "softmax-wrong-axis": M.softmax_other_axes(s, axis)})
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def reference_fp32(api, ctx):
     """matches the reference on float32 scores"""
     rng = ctx.rng("softmax-fp32")
@@ -35,7 +69,7 @@ def reference_fp32(api, ctx):
                                       "softmax-wrong-axis": ctx.mistakes.softmax_other_axes(s)})
 
 
-@check(S, 1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
+@STAGE.check(1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
 def large_scores_stable(api, ctx):
     """stays finite and exact for scores near +-1e4 (subtract the maximum first)"""
     s = np.array([[1e4, 1e4 - 1.0, 1e4 - 2.0], [-1e4, -1e4 + 2.0, -1e4 + 1.0], [1e4, 0.0, -1e4]])
@@ -44,7 +78,7 @@ def large_scores_stable(api, ctx):
                 mistakes={"softmax-unstable": ctx.mistakes.softmax_unstable(s)})
 
 
-@check(S, 0.5, "property", "public")
+@STAGE.check(0.5, "property", "public")
 def rows_sum_to_one(api, ctx):
     """every slice sums to 1 and every weight is >= 0"""
     s = randn(ctx.rng("softmax-sum"), 4, 5, 6, scale=4.0)
@@ -57,7 +91,7 @@ def rows_sum_to_one(api, ctx):
                        f"(min weight {w.min():.3g}); expected every slice to sum to 1 with no negative weight")
 
 
-@check(S, 0.5, "property", "public", cite="Article A, 'How the scores become shares'")
+@STAGE.check(0.5, "property", "public", cite="Article A, 'How the scores become shares'")
 def shift_invariance(api, ctx):
     """adding the same number to every score changes nothing"""
     s = randn(ctx.rng("softmax-shift"), 3, 5)
@@ -66,7 +100,7 @@ def shift_invariance(api, ctx):
     check_close(api.softmax(s + 7.5), a, "softmax(scores + 7.5) against softmax(scores)", inputs=shape_str(s))
 
 
-@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
 def neginf_gets_zero(api, ctx):
     """a -inf score gets weight exactly 0 and the rest still sum to 1"""
     s = np.array([[0.3, -np.inf, 1.2, -np.inf], [-np.inf, -np.inf, -np.inf, 2.0]])
@@ -78,7 +112,7 @@ def neginf_gets_zero(api, ctx):
     check_close(w, ctx.ref.softmax(s), "softmax with -inf entries", inputs="[2, 4] with -inf")
 
 
-@check(S, 1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
 def all_neginf_raises(api, ctx):
     """a slice that is entirely -inf raises ValueError (no weights to share)"""
     s = np.array([-np.inf, -np.inf, -np.inf])
@@ -91,7 +125,7 @@ def all_neginf_raises(api, ctx):
         raise Fail(msg)
 
 
-@check(S, 1, "property", "public")
+@STAGE.check(1, "property", "public")
 def no_library_softmax(api, ctx):
     """written with numpy, not a library softmax (scipy, torch)"""
     s = np.array([0.0, 1.0, 2.0])

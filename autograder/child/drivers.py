@@ -1,6 +1,6 @@
 """Child-side helpers for the torch stages: build the student's objects, run them, return arrays.
 
-They run inside the child process (autograder.worker), next to the student's code;
+They run inside the child process (autograder/child/worker.py), next to the student's code;
 the parent only sees the numbers they return. Each receives `pkg`, the name under
 which the submission is importable.
 """

@@ -8,27 +8,21 @@ Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N}; {"wait": p
 import ctypes
 import json
 import os
-import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy  # noqa: E402,F401
 import torch  # noqa: E402,F401
 import torch.utils.flop_counter  # noqa: E402,F401
 
-from autograder import drivers, np_drivers, wire, worker  # noqa: E402,F401
+from autograder.child import drivers, np_drivers, policy, wire, worker  # noqa: E402,F401
 
 
 def become_worker(req: dict) -> None:
     """In the forked child: limits, output, environment, uid; then serve requests."""
     os.setsid()
-    lim = req["limits"]
-    resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 5))
-    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_bytes"], lim["memory_bytes"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["output_bytes"], lim["output_bytes"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     log = os.open(req["log"], os.O_WRONLY | os.O_APPEND)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -39,11 +33,8 @@ def become_worker(req: dict) -> None:
     os.environ.clear()
     os.environ.update(req["env"])
     uid = req["uid"]
+    policy.enter(policy.Limits(**req["limits"]), uid)
     if uid is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (lim["processes"], lim["processes"]))
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
         # setuid without exec leaves the process non-dumpable, so its /proc/self files stay root's; the
         # memory check resets its own peak through /proc/self/clear_refs. (Core dumps are off: RLIMIT_CORE.)
         ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE = 4

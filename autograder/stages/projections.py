@@ -1,11 +1,30 @@
 """Stage 3 checks: query, key and value projections."""
 import numpy as np
 
-from ..compare import Fail, check_close
-from ..registry import check
+from ..compare import check_close
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import randn, shape_str
 
-S = "projections"
+STAGE = Stage(
+    name="projections", number=3, points=8, files=("projections.py",), calls=(),
+    worked_points=1.0,
+    functions=(
+        Function(name="project_qkv", target="projections:project_qkv", reference="core:project_qkv"),
+    ),
+    intro="Learned query, key and value projections.",
+    hints=(
+        "Queries, keys and values are three different linear maps of the same tokens, with no bias. Article B, "
+        "'Trainable attention'.",
+        "Each is x times its weight matrix, with x on the left: [..., n, d_model] @ [d_model, d_k]. The @ "
+        "operator already handles leading batch dimensions.",
+    ),
+    mistakes=(
+        Mistake(id="qk-swapped", where="projections.py:project_qkv",
+                explanation="queries and keys are swapped: q must come from W_Q and k from W_K",
+                reread="Article B, 'Trainable attention'"),
+    ),
+)
 
 
 def _compare(api, ctx, x, w_q, w_k, w_v):
@@ -19,7 +38,7 @@ def _compare(api, ctx, x, w_q, w_k, w_v):
                     mistakes=swapped[name])
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def reference_dv_differs(api, ctx):
     """q, k, v match the reference when d_v != d_k (and n = 1)"""
     rng = ctx.rng("proj")
@@ -28,7 +47,7 @@ def reference_dv_differs(api, ctx):
         _compare(api, ctx, x, randn(rng, d_model, d_k), randn(rng, d_model, d_k), randn(rng, d_model, d_v))
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def reference_batch_fp32(api, ctx):
     """q, k, v match the reference with leading batch dimensions, in float32"""
     rng = ctx.rng("proj-batch")
@@ -38,7 +57,7 @@ def reference_batch_fp32(api, ctx):
         _compare(api, ctx, x, *w)
 
 
-@check(S, 1, "property", "public")
+@STAGE.check(1, "property", "public")
 def output_shapes(api, ctx):
     """q and k are [n, d_k], v is [n, d_v]"""
     x = np.ones((3, 4))

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from .grade import grade
-from .report import terminal
+from .report.terminal import terminal
 
 
 def grade_stage(stage: str, folder: str = "submission", public_only: bool = False) -> float:

@@ -1,6 +1,6 @@
 """Generate exercises/ from solutions/: each `# BEGIN SOLUTION` ... `# END SOLUTION` block becomes a stub.
 
-    python -m autograder.make_exercises [--check]
+    python -m autograder.instructor.make_exercises [--check]
 
 A marker may name the stage it belongs to (`# BEGIN SOLUTION stage=kv_cache`); otherwise
 the file's stage is used. The stub raises NotImplementedError("<stage>: ...") so the grader
@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from .registry import stage_of_file
+from ..stages import stage_of_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?:\s+stage=(\w+))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DEF = re.compile(r"^\s*(?:def|class)\s+(\w+)")

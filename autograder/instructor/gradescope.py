@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from .grade import grade
-from .report import results_json
-from .submission import STAGE_FILES, locate
+from ..grade import grade
+from ..report.gradescope_json import results_json
+from ..submission import STAGE_FILES, locate
 
 
 def derive_seed(secret: str, submission: Path) -> int:

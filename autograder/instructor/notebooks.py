@@ -1,40 +1,51 @@
 """Build the nbgrader course directory from solutions/ (`make nbgrader`).
 
-    python -m autograder.notebooks nbgrader [--out dist/nbgrader]
+    python -m autograder.instructor.notebooks nbgrader [--out dist/nbgrader]
+    python -m autograder.instructor.notebooks otter [--out dist/otter]
 
 One assignment, `attention`, one notebook: per stage (the four bonus stages included) an explanation, solution cells that
 write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
-a locked test cell worth the stage's points that calls autograder.notebook.grade_stage: public
+a locked test cell worth the stage's points that calls autograder.notebook_cells.grade_stage: public
 checks in the student version, hidden ones between nbgrader's hidden-test markers.
 """
 import argparse
+import ast
 import json
 import re
 from pathlib import Path
 
-from .registry import STAGES
+from ..stages import CHECKS, STAGES, SUBMISSION_FILES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = "attention"
-FILES = {"softmax": ["softmax.py"], "dot_products": ["scores.py"], "projections": ["projections.py"],
-         "scaling": ["scaling.py"], "masking": ["masking.py"], "heads": ["heads.py", "kv_cache.py", "fused.py", "module.py"],
-         "kv_cache": [], "fused": [],  # module.py imports kv_cache.py and fused.py, so stage 6 writes all four
-         "tiled": ["tiled.py"], "backward": ["backward.py"], "dropout": ["dropout.py"], "costs": ["costs.py"]}
-INTRO = {
-    "softmax": "Turn a row of scores into weights that are positive and sum to one, stably.",
-    "dot_products": "Scores as dot products, and attention with no learned weights.",
-    "projections": "Learned query, key and value projections.",
-    "scaling": "Divide the scores by the square root of d_k, and see why with an experiment.",
-    "masking": "Masks (True = may attend) and single-head attention.",
-    "heads": "Several heads side by side, and the torch module. This cell also holds the KV cache and the "
-             "fused call, which stages 7 and 8 grade.",
-    "kv_cache": "A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
-    "fused": "One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
-    "tiled": "Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
-    "backward": "Bonus: the gradients dq, dk, dv by hand.",
-    "dropout": "Bonus: inverted dropout on the attention weights.",
-    "costs": "Bonus: count the scores and the KV cache's numbers.",
-}
+
+
+def _imports(filename: str) -> list[str]:
+    """The submission modules that solutions/<filename> imports (`from .kv_cache import ...`)."""
+    tree = ast.parse((ROOT / "solutions" / filename).read_text())
+    found = [f"{n.module}.py" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module]
+    return [f for f in found if f in SUBMISSION_FILES]
+
+
+def notebook_files() -> dict[str, list[str]]:
+    """Which files each stage's cells write: a file at the first stage declaring it, after the files it
+    imports (module.py imports kv_cache.py and fused.py, so stage 6 writes all four)."""
+    written: set[str] = set()
+    out: dict[str, list[str]] = {}
+
+    def add(filename: str, cells: list[str]) -> None:
+        if filename in written:
+            return
+        written.add(filename)
+        for dep in _imports(filename):
+            add(dep, cells)
+        cells.append(filename)
+
+    for s in STAGES:
+        out[s.name] = []
+        for f in s.files:
+            add(f, out[s.name])
+    return out
 
 
 def nb_markers(source: str) -> str:
@@ -58,15 +69,16 @@ def build_notebook() -> dict:
                    {"grade": False, "solution": False, "locked": True, "grade_id": "intro"}),
              _cell("code", "import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()",
                    {"grade": False, "solution": False, "locked": True, "grade_id": "setup"})]
+    files = notebook_files()
     for s in STAGES:
-        cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{INTRO[s.name]}",
+        cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{s.intro}",
                            {"grade": False, "solution": False, "locked": True, "grade_id": f"about_{s.name}"}))
-        for f in FILES[s.name]:
+        for f in files[s.name]:
             src = (ROOT / "solutions" / f).read_text()
             cells.append(_cell("code", f"%%writefile submission/{f}\n" + nb_markers(src).rstrip() + "\n",
                                {"grade": False, "solution": True, "locked": False,
                                 "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
-        test = ("from autograder.notebook import grade_stage\n"
+        test = ("from autograder.notebook_cells import grade_stage\n"
                 f"score = grade_stage({s.name!r}, public_only=True)\n"
                 "### BEGIN HIDDEN TESTS\n"
                 f"score = grade_stage({s.name!r})\n"
@@ -110,30 +122,28 @@ def otter_master() -> dict:
     """The otter-assign master notebook: one question per stage, one test case per check,
     worth that check's points (public checks public, hidden checks hidden), so the partial credit
     is the same as `make grade`'s."""
-    from . import checks  # noqa: F401  (registers them)
-    from .registry import CHECKS
-
     cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  files: true\n  ok_format: true\n"
                   "export_cell: false\ncheck_all_cell: false\n"),
              {"cell_type": "markdown", "metadata": {}, "source": "# Attention, stage by stage\n\nFill in each stage, "
               "then run its tests (Article A: \"Attention from First Principles: One Complete Calculation\"; "
               "Article B: \"Transformer attention from first principles\"). Mask convention: True = may attend."},
              _code("import os\nos.makedirs('submission', exist_ok=True)\nopen('submission/__init__.py', 'w').close()")]
+    files = notebook_files()
     for s in STAGES:
         stage_checks = [c for c in CHECKS if c.stage == s.name]
         points = [c.points for c in stage_checks]
         cells.append(_raw(f"# BEGIN QUESTION\nname: {s.name}\npoints: {json.dumps(points)}"))
-        cells.append({"cell_type": "markdown", "metadata": {}, "source": f"## Stage {s.number}: {s.name}\n\n{INTRO[s.name]}"})
-        if FILES[s.name]:
+        cells.append({"cell_type": "markdown", "metadata": {}, "source": f"## Stage {s.number}: {s.name}\n\n{s.intro}"})
+        if files[s.name]:
             cells.append(_raw("# BEGIN SOLUTION"))
-            for f in FILES[s.name]:
+            for f in files[s.name]:
                 src = re.sub(r"# BEGIN SOLUTION stage=\w+", "# BEGIN SOLUTION", (ROOT / "solutions" / f).read_text())
                 cells.append(_code(f"%%writefile submission/{f}\n" + src.rstrip() + "\n"))
             cells.append(_raw("# END SOLUTION"))
         cells.append(_raw("# BEGIN TESTS"))
         for c in stage_checks:
             head = "# HIDDEN\n" if c.visibility == "hidden" else ""
-            cells.append(_code(f"{head}from autograder.notebook import check_passed\n"
+            cells.append(_code(f"{head}from autograder.notebook_cells import check_passed\n"
                                f"check_passed({s.name!r}, {c.name!r})", "True"))
         cells.append(_raw("# END TESTS"))
         cells.append(_raw("# END QUESTION"))
@@ -159,7 +169,7 @@ def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autograder.notebooks")
+    p = argparse.ArgumentParser(prog="python -m autograder.instructor.notebooks")
     sub = p.add_subparsers(dest="cmd", required=True)
     n = sub.add_parser("nbgrader")
     n.add_argument("--out", default=str(ROOT / "dist" / "nbgrader"))

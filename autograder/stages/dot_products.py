@@ -1,14 +1,29 @@
 """Stage 2 checks: dot products and simple self-attention."""
 import numpy as np
 
-from ..compare import Fail, check_close
-from ..registry import check
+from ..compare import check_close
+from ..outcomes import Fail
+from ..registry import Function, Stage
 from .common import randn, require_nontrivial, shape_str
 
-S = "dot_products"
+STAGE = Stage(
+    name="dot_products", number=2, points=8, files=("scores.py",), calls=("softmax",),
+    worked_points=1.0,
+    functions=(
+        Function(name="dot_scores", target="scores:dot_scores", reference="core:dot_scores"),
+        Function(name="simple_self_attention", target="scores:simple_self_attention", reference="core:simple_self_attention"),
+    ),
+    intro="Scores as dot products, and attention with no learned weights.",
+    hints=(
+        "The score between tokens i and j is their dot product; all of them at once form an n x n matrix. Article "
+        "B, 'Simple self-attention'.",
+        "One matrix product of x with its own transpose gives every pair. Then each row of weights (your softmax, "
+        "along the last axis) mixes the rows of x.",
+    ),
+)
 
 
-@check(S, 1.5, "reference")
+@STAGE.check(1.5, "reference")
 def dot_scores_reference(api, ctx):
     """dot_scores matches the reference (n = 1, n != d, float32)"""
     rng = ctx.rng("dot")
@@ -17,7 +32,7 @@ def dot_scores_reference(api, ctx):
         check_close(api.dot_scores(x), ctx.ref.dot_scores(x), "dot_scores(x)", inputs=shape_str(x))
 
 
-@check(S, 0.5, "property", "public")
+@STAGE.check(0.5, "property", "public")
 def dot_scores_symmetric(api, ctx):
     """the Gram matrix is symmetric with squared norms on the diagonal"""
     x = randn(ctx.rng("dot-sym"), 4, 3)
@@ -28,7 +43,7 @@ def dot_scores_symmetric(api, ctx):
     check_close(np.diag(g), (x * x).sum(-1), "the diagonal of dot_scores(x) (each row's squared length)")
 
 
-@check(S, 1.5, "reference")
+@STAGE.check(1.5, "reference")
 def simple_attention_reference(api, ctx):
     """simple_self_attention matches the reference (n = 1, float32)"""
     rng = ctx.rng("simple")
@@ -38,14 +53,14 @@ def simple_attention_reference(api, ctx):
                     "simple_self_attention(x)", inputs=shape_str(x))
 
 
-@check(S, 0.5, "property", "public")
+@STAGE.check(0.5, "property", "public")
 def simple_single_token(api, ctx):
     """with one token, the output is that token (its only weight is 1)"""
     x = np.array([[0.3, -1.2, 2.0]])
     check_close(api.simple_self_attention(x), x, "simple_self_attention of one token", inputs="[1, 3]")
 
 
-@check(S, 1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
 def permutation_equivariance(api, ctx):
     """permuting the tokens permutes the outputs the same way"""
     rng = ctx.rng("perm")

@@ -1,20 +1,54 @@
 """Stage 8 checks: one fused scaled_dot_product_attention call."""
 import numpy as np
 
-from ..compare import Fail, check_close
+from ..compare import check_close
 from ..diagnosis import diagnosed
-from ..registry import check
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import randn, shape_str
 from .heads import module_weights
 
-S = "fused"
+STAGE = Stage(
+    name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads",),
+    torch=True, worked_points=1.0,
+    functions=(
+        Function(name="fused_attention", target="driver:fused_attention", reference="api:fused_attention"),
+        Function(name="fused_probe", target="driver:fused_probe"),
+        Function(name="module_fused_probe", target="driver:module_fused_probe"),
+        Function(name="fused_peak_memory", target="driver:fused_peak_memory"),
+    ),
+    intro="One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
+    hints=(
+        "torch.nn.functional.scaled_dot_product_attention does scores, scaling, mask, softmax and the weighted "
+        "sum in one call, without keeping the T x T matrix when it can avoid it.",
+        "When T_q equals T_k, pass is_causal=True and no mask. Only pass dropout_p when training.",
+        "SDPA's is_causal aligns the mask top-left. With T_q != T_k build the bottom-right boolean mask yourself "
+        "(True = may attend).",
+    ),
+    mistakes=(
+        Mistake(id="fused-materialized-mask", where="fused.py:fused_attention",
+                explanation="an explicit T x T mask is built where is_causal=True would do: O(T^2) memory, and no "
+                            "flash kernel on CUDA",
+                reread="Article B, 'What it costs as the sequence grows'"),
+        Mistake(id="fused-dropout-in-eval", where="fused.py:fused_attention",
+                explanation="dropout is applied when not training; pass dropout_p only when training=True",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="fused-top-left", where="fused.py:fused_attention",
+                explanation="is_causal=True is used with T_q != T_k, where SDPA aligns the mask top-left; build "
+                            "the bottom-right mask in that case",
+                reread="Article B, 'What it costs as the sequence grows'"),
+        Mistake(id="fused-not-fused", where="fused.py:fused_attention",
+                explanation="attention is computed by hand instead of one F.scaled_dot_product_attention call",
+                reread="Article B, 'Code that matches the hand numbers'"),
+    ),
+)
 
 
 def _qkv(rng, B, H, T_q, T_k, D, dt=np.float32):
     return randn(rng, B, H, T_q, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt)
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def reference(api, ctx):
     """fused_attention matches the reference, causal and not, T_q = T_k"""
     rng = ctx.rng("fused")
@@ -25,7 +59,7 @@ def reference(api, ctx):
                     inputs=shape_str(q))
 
 
-@check(S, 2, "reference", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(2, "reference", cite="Article B, 'What it costs as the sequence grows'")
 def bottom_right_when_lengths_differ(api, ctx):
     """with T_q < T_k the queries are the last T_q positions (bottom-right causal alignment)"""
     rng = ctx.rng("fused-br")
@@ -37,7 +71,7 @@ def bottom_right_when_lengths_differ(api, ctx):
                     mistakes={"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
 
 
-@check(S, 2, "property", "public")
+@STAGE.check(2, "property", "public")
 def one_sdpa_call(api, ctx):
     """makes exactly one F.scaled_dot_product_attention call, with is_causal and no mask when T_q = T_k"""
     q, k, v = _qkv(ctx.rng("fused-spy"), 1, 2, 5, 5, 4)
@@ -56,7 +90,7 @@ def one_sdpa_call(api, ctx):
                    "pass is_causal=True and no mask, so no T x T mask is built")
 
 
-@check(S, 1.5, "property", "public")
+@STAGE.check(1.5, "property", "public")
 def no_dropout_in_eval(api, ctx):
     """dropout_p > 0 changes nothing when training=False"""
     q, k, v = _qkv(ctx.rng("fused-eval"), 1, 2, 6, 6, 4)
@@ -68,7 +102,7 @@ def no_dropout_in_eval(api, ctx):
     check_close(r["out"], plain, "fused_attention(dropout_p=0.5, training=False) against dropout_p=0")
 
 
-@check(S, 1, "property", "public")
+@STAGE.check(1, "property", "public")
 def dropout_when_training(api, ctx):
     """dropout_p > 0 is applied when training=True"""
     q, k, v = _qkv(ctx.rng("fused-train"), 1, 2, 8, 8, 4)
@@ -80,7 +114,7 @@ def dropout_when_training(api, ctx):
         raise Fail(f"training with dropout_p=0.5 made the calls {r['calls']}; pass dropout_p to the fused call")
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def module_fused_path(api, ctx):
     """CausalSelfAttention(fused=True) matches the reference and goes through the fused call"""
     rng = ctx.rng("fused-module")
@@ -93,7 +127,7 @@ def module_fused_path(api, ctx):
         raise diagnosed("fused-not-fused", "CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
 
 
-@check(S, 2.5, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(2.5, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
 def no_quadratic_memory(api, ctx):
     """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
     T = 8192

@@ -1,14 +1,53 @@
 """Stage 6 checks: splitting and merging heads, multi-head attention, the torch module."""
 import numpy as np
 
-from ..compare import Fail, check_close
-from ..registry import check
+from ..compare import check_close
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import randn, require_nontrivial, shape_str
 
-S = "heads"
+STAGE = Stage(
+    name="heads", number=6, points=16, files=("heads.py", "module.py"), calls=("projections", "masking"),
+    torch=True, worked_points=1.0,
+    functions=(
+        Function(name="split_heads", target="heads:split_heads", reference="core:split_heads"),
+        Function(name="merge_heads", target="heads:merge_heads", reference="core:merge_heads"),
+        Function(name="multi_head_attention", target="heads:multi_head_attention", reference="core:multi_head_attention"),
+        Function(name="module_forward", target="driver:module_forward", reference="api:module_forward"),
+        Function(name="module_shapes", target="driver:module_shapes", reference="api:module_shapes"),
+        Function(name="module_structure", target="driver:module_structure"),
+    ),
+    intro="Several heads side by side, and the torch module. This cell also holds the KV cache and the fused "
+          "call, which stages 7 and 8 grade.",
+    hints=(
+        "Each head is ordinary attention on its own slice of the feature columns; the outputs are placed side by "
+        "side and mixed by W_O. Article B, 'Multi-head attention'.",
+        "To split, reshape the last axis into (n_heads, d_head) and then swap the head axis in front of the "
+        "positions; merging undoes exactly that, in reverse order. Each head scales by sqrt(d_head).",
+        "In the module, one Linear produces q, k and v side by side: split its output into three along the last "
+        "axis, in that order. Article B, 'Code that matches the hand numbers'.",
+    ),
+    mistakes=(
+        Mistake(id="heads-wrong-split", where="heads.py:split_heads",
+                explanation="the heads are split by a plain reshape to [n_heads, n, d_head], which mixes "
+                            "positions and features; reshape to [n, n_heads, d_head], then swap the two axes",
+                reread="Article B, 'Code that matches the hand numbers'"),
+        Mistake(id="heads-no-merge-transpose", where="heads.py:merge_heads",
+                explanation="the heads are merged without moving the head axis back next to the features, so "
+                            "positions get mixed; swap the axes back before reshaping",
+                reread="Article B, 'Code that matches the hand numbers'"),
+        Mistake(id="heads-no-output-projection", where="heads.py:multi_head_attention",
+                explanation="the concatenated heads are returned without the output projection W_O",
+                reread="Article B, 'Multi-head attention'"),
+        Mistake(id="heads-scale-dmodel", where="module.py:attend",
+                explanation="each head's scores are divided by sqrt(d_model); a head's queries and keys have "
+                            "d_head features, so divide by sqrt(d_head)",
+                reread="Article B, 'Multi-head attention'"),
+    ),
+)
 
 
-@check(S, 1.5, "reference")
+@STAGE.check(1.5, "reference")
 def split_heads_reference(api, ctx):
     """split_heads gives head h the columns h*d_head:(h+1)*d_head, laid out [..., n_heads, n, d_head]"""
     rng = ctx.rng("split")
@@ -18,7 +57,7 @@ def split_heads_reference(api, ctx):
                     inputs=shape_str(x), mistakes={"heads-wrong-split": ctx.mistakes.split_wrong(x, h)})
 
 
-@check(S, 1.5, "reference")
+@STAGE.check(1.5, "reference")
 def merge_heads_inverse(api, ctx):
     """merge_heads matches the reference and undoes split_heads"""
     rng = ctx.rng("merge")
@@ -35,7 +74,7 @@ def _weights(rng, d_model, dt=np.float64):
     return [randn(rng, d_model, d_model, dtype=dt, scale=d_model**-0.5) for _ in range(4)]
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def mha_reference(api, ctx):
     """multi_head_attention matches the reference: causal or not, batch dims, n = 1, float32"""
     rng = ctx.rng("mha")
@@ -48,7 +87,7 @@ def mha_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.mha_variants(x, *w, h, causal))
 
 
-@check(S, 1, "property", "public")
+@STAGE.check(1, "property", "public")
 def mha_equals_head_loop(api, ctx):
     """multi_head_attention equals running your attention on each head's columns and concatenating"""
     rng = ctx.rng("mha-loop")
@@ -67,7 +106,7 @@ def mha_equals_head_loop(api, ctx):
                 "multi_head_attention against a loop over heads of your own attention()", inputs=shape_str(x))
 
 
-@check(S, 1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
 def mha_permutation_equivariance(api, ctx):
     """without a causal mask, permuting the tokens permutes the outputs"""
     rng = ctx.rng("mha-perm")
@@ -80,7 +119,7 @@ def mha_permutation_equivariance(api, ctx):
                 f"multi_head_attention(x[perm], causal=False) against the output permuted, perm={perm.tolist()}")
 
 
-@check(S, 1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
+@STAGE.check(1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
 def module_structure(api, ctx):
     """CausalSelfAttention has exactly the submodules qkv (C -> 3C) and out (C -> C), both Linear without bias"""
     info = api.module_structure(8, 2)
@@ -95,7 +134,7 @@ def module_weights(rng, C, dt=np.float32):
     return randn(rng, 3 * C, C, dtype=dt, scale=C**-0.5), randn(rng, C, C, dtype=dt, scale=C**-0.5)
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def module_reference(api, ctx):
     """CausalSelfAttention.forward matches the reference for random weights (B = 2, several heads, T = 1)"""
     rng = ctx.rng("module")
@@ -107,7 +146,7 @@ def module_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.module_variants(x, qkv_w, out_w, H))
 
 
-@check(S, 1.5, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(1.5, "property", "public", cite="Article B, 'Causal attention'")
 def module_future_does_not_leak(api, ctx):
     """changing later tokens never changes the module's earlier outputs"""
     rng = ctx.rng("module-future")

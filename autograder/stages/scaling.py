@@ -1,14 +1,45 @@
 """Stage 4 checks: scaled scores and the variance experiment."""
 import numpy as np
 
-from ..compare import Fail, check_close
-from ..registry import check
+from ..compare import check_close
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
 from .common import randn, shape_str
 
-S = "scaling"
+STAGE = Stage(
+    name="scaling", number=4, points=10, files=("scaling.py",), calls=(),
+    worked_points=0.5,
+    functions=(
+        Function(name="scaled_scores", target="scaling:scaled_scores", reference="core:scaled_scores"),
+        Function(name="score_variance", target="scaling:score_variance", reference="core:score_variance"),
+    ),
+    intro="Divide the scores by the square root of d_k, and see why with an experiment.",
+    hints=(
+        "The dot product of two d_k-dimensional vectors with unit-variance entries has variance d_k; dividing by "
+        "sqrt(d_k) brings it back to 1. Article A, 'Why divide by the square root?'.",
+        "For q [..., n_q, d_k] and k [..., n_k, d_k], swap the last two axes of k (not .T, which reverses every "
+        "axis of a batched array) and divide by the square root of q's last dimension.",
+        "For score_variance: draw q and k of shape [n_pairs, d_k] from np.random.default_rng(seed), take the "
+        "row-wise dot products, optionally divide them, and return their variance as a float.",
+    ),
+    mistakes=(
+        Mistake(id="scale-missing", where="scaling.py:scaled_scores",
+                explanation="the scores are not divided by sqrt(d_k), so their spread grows with d_k and softmax "
+                            "saturates",
+                reread="Article A, 'Why divide by the square root?'"),
+        Mistake(id="scale-by-dk", where="scaling.py:scaled_scores",
+                explanation="the scores are divided by d_k instead of sqrt(d_k), which shrinks them too much as "
+                            "d_k grows",
+                reread="Article B, 'Scores, now with a divide'"),
+        Mistake(id="scale-wrong-dim", where="scaling.py:scaled_scores",
+                explanation="the square root is taken of the wrong size (a sequence length or d_v); it must be "
+                            "d_k, the width of a query or key",
+                reread="Article A, 'Why divide by the square root?'"),
+    ),
+)
 
 
-@check(S, 2, "reference")
+@STAGE.check(2, "reference")
 def reference(api, ctx):
     """scaled_scores matches the reference (n_q != n_k, several d_k, float32)"""
     rng = ctx.rng("scaled")
@@ -19,7 +50,7 @@ def reference(api, ctx):
                     inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@check(S, 1, "reference")
+@STAGE.check(1, "reference")
 def reference_batch(api, ctx):
     """scaled_scores works with leading batch dimensions"""
     rng = ctx.rng("scaled-batch")
@@ -28,7 +59,7 @@ def reference_batch(api, ctx):
                 inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@check(S, 1, "property", "public", cite="Article A, 'Why divide by the square root?'")
+@STAGE.check(1, "property", "public", cite="Article A, 'Why divide by the square root?'")
 def variance_theory(api, ctx):
     """var(q.k) is near d_k and var(q.k / sqrt(d_k)) near 1, for other d_k and seeds"""
     for d_k, seed in [(8, 11), (128, 12)]:
@@ -43,7 +74,7 @@ def variance_theory(api, ctx):
                        f"(+- {5 * se / d_k:.3f})")
 
 
-@check(S, 1, "property", "public")
+@STAGE.check(1, "property", "public")
 def variance_seeded(api, ctx):
     """the same seed gives the same estimate; another seed gives another"""
     a = float(api.score_variance(16, 2000, 5, False))

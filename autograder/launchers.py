@@ -1,0 +1,188 @@
+"""How a child process is started and ended. Two launchers, one interface: `launch(...)` returns
+a Launched (the pid, the request and result pipes, a way to reap it). `SubprocessLauncher` starts a
+new interpreter; `ForkServer` forks one from a server that imported numpy and torch once (batches).
+"""
+import itertools
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .child import policy
+from .outcomes import ServerGone
+
+CHILD_DIR = Path(__file__).resolve().parent / "child"  # all of the grader a child can see
+KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS
+SANDBOX_UID_BASE = 200000  # uids of sandboxed children (above any real account; no /etc/passwd entry needed)
+
+
+@dataclass
+class Launched:
+    """A started child: write requests to `requests`, read replies from `results`."""
+
+    pid: int
+    requests: int  # file descriptor
+    results: int  # file descriptor
+    reap: Callable[[float | None], int | None]  # exit code (negative: the signal), None while it runs
+    forked: bool = False  # by the fork server: its result FIFO reads as ended until the child opens it
+
+
+def copy_child_files(dest: Path) -> Path:
+    """dest/autograder/child/, a copy of the only grader folder a child may see; returns the worker script."""
+    grader = dest / "autograder"
+    grader.mkdir(parents=True)
+    (grader / "__init__.py").write_text("")
+    shutil.copytree(CHILD_DIR, grader / "child", ignore=shutil.ignore_patterns("__pycache__"))
+    return grader / "child" / "worker.py"
+
+
+def _others_can_use(path: Path) -> bool:
+    """Every folder above `path` is searchable by other users, and `path` itself readable."""
+    path = path.resolve()
+    try:
+        if not path.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+    except OSError:
+        return False
+
+
+def separate_user_possible() -> bool:
+    """Root, and an interpreter and numpy that another user can run (not under a private /root)."""
+    if os.geteuid() != 0 or os.environ.get("ATTN_SANDBOX_SAME_USER"):
+        return False
+    import importlib.util
+
+    numpy = importlib.util.find_spec("numpy")  # found, not imported: the children start before numpy loads here
+    return _others_can_use(Path(sys.executable)) and numpy is not None and _others_can_use(Path(numpy.origin))
+
+
+_uids = itertools.count()
+
+
+def kept_env() -> dict[str, str]:
+    """The only variables a child inherits: PATH and locale, and BLAS settings some CPUs need."""
+    return {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
+
+
+def sandbox_uid() -> int | None:
+    """A fresh uid for each child when that is possible, else None. Unique among this process's
+    children (a counter) and across grading processes (the pid), so a sweep by uid hits only its own."""
+    if not separate_user_possible():
+        return None
+    return SANDBOX_UID_BASE + (os.getpid() % 2000) * 256 + next(_uids) % 256
+
+
+def kill_everything(token: str, uid: int | None) -> None:
+    """End every process the child started: by its marker in the environment, and by its uid."""
+    for _ in range(2):  # twice: a process may have forked while we looked
+        if uid is not None:
+            subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),  # noqa: PLW1509
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        needle = f"ATTN_GRADE_TOKEN={token}".encode()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                continue
+
+
+class SubprocessLauncher:
+    """A new interpreter per child: `python -I -B worker.py`, entering the policy before exec."""
+
+    def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
+               uid: int | None, log) -> Launched:
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(req_r, res_w), cwd=scratch, env=env,
+            start_new_session=True, preexec_fn=lambda: policy.enter(limits, uid),  # noqa: PLW1509
+        )
+        os.close(req_r)
+        os.close(res_w)
+
+        def reap(timeout: float | None = None) -> int | None:
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None
+
+        return Launched(pid=proc.pid, requests=req_w, results=res_r, reap=reap)
+
+
+class ForkServer:
+    """A fork server (autograder/child/fork_server.py) that has imported numpy and torch once; for batches.
+
+    Processes forked after it started may share it when it was given a multiprocessing lock:
+    one request and its reply at a time, whichever process asks."""
+
+    def __init__(self, lock=None) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
+        script = copy_child_files(self.home).with_name("fork_server.py")
+        self.home.chmod(0o755)
+        self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(script)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, cwd=self.home, env=kept_env(), start_new_session=True)
+        self.lock = lock or threading.Lock()
+        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("the fork server did not start")
+
+    def ask(self, req: dict) -> dict:
+        with self.lock:
+            try:
+                self.proc.stdin.write((json.dumps(req) + "\n").encode())
+                self.proc.stdin.flush()
+                return json.loads(self.proc.stdout.readline())
+            except (OSError, ValueError) as e:
+                raise ServerGone(f"the fork server stopped answering ({type(e).__name__})") from None
+
+    def alive(self) -> bool:
+        """Whether the server still answers (a submission running as the grader's user can kill it)."""
+        try:
+            return self.ask({"ping": 1}).get("pong") is True
+        except ServerGone:
+            return False
+
+    def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
+               uid: int | None, log) -> Launched:
+        requests, results = scratch / "requests", scratch / "results"
+        os.mkfifo(requests)
+        os.mkfifo(results)
+        if uid is not None:
+            for path in (requests, results):
+                os.chown(path, uid, uid)
+        res_r = os.open(results, os.O_RDONLY | os.O_NONBLOCK)
+        pid = self.ask({"fork": {
+            "scratch": str(scratch), "log": str(scratch / "output.txt"), "env": env, "uid": uid,
+            "limits": limits.as_dict(), "pkg_dir": str(pkg_dir), "pkg": pkg,
+            "req_fifo": str(requests), "res_fifo": str(results)}})["pid"]
+        req_w = os.open(requests, os.O_RDWR)  # never blocks, even before the child opens it
+
+        def reap(timeout: float | None = None) -> int | None:
+            try:
+                return self.ask({"wait": pid})["status"]
+            except ServerGone:
+                return None
+
+        return Launched(pid=pid, requests=req_w, results=res_r, reap=reap, forked=True)
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)

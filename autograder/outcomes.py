@@ -1,0 +1,42 @@
+"""How a check or a call into student code can end, as exception types (a leaf: imports nothing).
+
+Checks raise `Fail`; the sandbox raises the Student* types and `ServerGone`; the student repo's
+fixtures raise `MissingFixture`. Anything in the package may import this module.
+"""
+
+
+class Fail(Exception):
+    """A check failed. `diagnosis` is a catalogue id when the mistake is recognised."""
+
+    def __init__(self, message: str, diagnosis: str | None = None, arrays: dict | None = None) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+        self.arrays = arrays  # {"expected", "got", "bad"}: a small 2-D view for the HTML report
+
+
+class StudentError(Exception):
+    """The student's code raised. `info` has type, message, file, line."""
+
+    def __init__(self, info: dict) -> None:
+        self.info = info
+        super().__init__(f"{info['type']}: {info['message']}")
+
+
+class StudentAborted(Exception):
+    """The child did not answer: it hung (timeout) or died (crash)."""
+
+
+class StudentTimeout(StudentAborted):
+    """No answer within the time limit of one call."""
+
+
+class StudentCrash(StudentAborted):
+    """The child process exited or was killed while a call was running."""
+
+
+class MissingFixture(Exception):
+    """The student repo has no recorded answer for this call: the check needs the full autograder."""
+
+
+class ServerGone(RuntimeError):
+    """The batch's fork server died (see launchers.ForkServer.alive)."""

@@ -1,0 +1,78 @@
+"""The terminal report: the stage table, the failing checks with their diagnoses, the next step."""
+from ..advice import STATUS_WORD, blocked_note, next_step
+from ..grade import Results, StageResult
+from ..sources import rel
+from ..stages import CATALOGUE, STAGES
+
+
+def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
+    def c(code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if color else text
+
+    colors = {"passed": "32", "failed": "31", "not_started": "90", "blocked": "33"}
+    lines = [f"Grading {rel(res.submission)}  (seed {res.seed})", ""]
+    lines.append(f"  {'#':>2}  {'stage':<13} {'points':>11}  status")
+    for s in STAGES:
+        sr = res.stages.get(s.name)
+        if sr is None:
+            continue
+        if s.bonus and s.number == min(b.number for b in STAGES if b.bonus):
+            lines.append("      bonus stages")
+        status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
+        n_pass = sum(r.passed for r in sr.checks)
+        pts = f"{_num(sr.score)}/{_num(sr.max_score)}"
+        lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
+                     f"  ({n_pass}/{len(sr.checks)} checks)")
+    core = [s for s in STAGES if s.name in res.stages and not s.bonus]
+    bonus = [s for s in STAGES if s.name in res.stages and s.bonus]
+    if core:
+        lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
+    if bonus:
+        lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
+                     "  (apart from the core points)")
+    full = sum(s.points for s in core + bonus)
+    shown = res.max_score + res.bonus_max_score
+    if shown < full:
+        lines.append(f"      (public checks only: the other {_num(full - shown)} of {full} points are "
+                     "hidden checks, run by the autograder when you submit)")
+    notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
+    if notes:
+        lines.append("")
+        lines.extend(f"  {stage}: {note}" for stage, note in notes)
+    for sr in res.stages.values():
+        lines.extend(failure_lines(sr, res, verbose, c))
+    lines += ["", c("1", "Next step: ") + next_step(res)]
+    return "\n".join(lines)
+
+
+def failure_lines(sr: StageResult, res: Results, verbose: bool, c=lambda code, text: text) -> list[str]:
+    """A heading for a stage that did not pass, its diagnoses, and its failing checks (4 unless verbose)."""
+    if sr.status in ("passed",) or (sr.status == "not_started" and not verbose):
+        return []
+    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
+    for d in sr.diagnoses:
+        m = CATALOGUE[d]
+        out.append(f"  {c('1', 'Diagnosis ' + m.id)}: {m.explanation}. Reread {m.reread}.")
+    shown = 0
+    for r in sorted(sr.checks, key=lambda r: r.diagnosis is None):
+        if r.passed:
+            continue
+        if r.not_run and not verbose and shown:
+            continue
+        shown += 1
+        diag = f" [{r.diagnosis}]" if r.diagnosis else ""
+        cite = f" (reread {r.check.cite})" if r.check.cite and not r.passed else ""
+        out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
+        for line in r.message.splitlines():
+            if not line.startswith("diagnosis "):  # already said once, above
+                out.append(f"      {line}")
+        if shown >= 4 and not verbose:
+            rest = sum(not x.passed for x in sr.checks) - shown
+            if rest > 0:
+                out.append(f"  ... and {rest} more failing checks (--verbose shows them)")
+            break
+    return out
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"

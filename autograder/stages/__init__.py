@@ -1,0 +1,53 @@
+"""The stages: one module per stage, each opening with its declaration (`STAGE = Stage(...)`)
+followed by its checks. Everything else is collected here from those declarations.
+
+Stage order is the declared `number`; a module in this folder that declares a STAGE is a stage,
+so adding a stage means adding its module here, its solution module and its reference function.
+The articles' numbers (autograder/article_numbers.py) lead each stage's checks.
+"""
+import dataclasses
+import importlib
+import pkgutil
+
+from ..registry import Check, Function, Mistake, Stage
+
+
+def _discover() -> list[Stage]:
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        stage = getattr(module, "STAGE", None)
+        if isinstance(stage, Stage):
+            found.append(stage)
+    found.sort(key=lambda s: s.number)
+    numbers = [s.number for s in found]
+    assert len(set(numbers)) == len(numbers), f"two stages share a number: {numbers}"
+    return found
+
+
+def _worked_checks(stage: Stage) -> list[Check]:
+    from ..article_numbers import WORKED, as_check
+
+    return [as_check(w, stage.worked_points) for w in WORKED if w.stage == stage.name]
+
+
+STAGES: list[Stage] = _discover()
+STAGE: dict[str, Stage] = {s.name: s for s in STAGES}
+for _s in STAGES:
+    _s.checks[:0] = _worked_checks(_s)  # the articles' numbers lead each stage
+CHECKS: list[Check] = [c for s in STAGES for c in s.checks]
+CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
+BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
+FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions}
+TARGETS: dict[str, str] = {"warmup": "driver:warmup", **{n: f.target for n, f in FUNCTIONS.items()}}
+CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
+HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
+SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
+
+
+def stage_of_file(filename: str | None) -> str | None:
+    """The first stage written in a submission file (module.py belongs to heads, kv_cache and fused)."""
+    for s in STAGES:
+        if filename in s.files:
+            return s.name
+    return None

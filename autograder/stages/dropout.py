@@ -1,0 +1,87 @@
+"""Bonus stage 11: inverted dropout on the attention weights."""
+import numpy as np
+
+from ..compare import check_close
+from ..diagnosis import diagnosed
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
+
+STAGE = Stage(
+    name="dropout", number=11, points=5, files=("dropout.py",), calls=(),
+    bonus=True,
+    functions=(
+        Function(name="dropout_probe", target="npdriver:dropout_probe"),
+    ),
+    intro="Bonus: inverted dropout on the attention weights.",
+    hints=(
+        "Inverted dropout: drop each weight with probability p and scale up the survivors, so the expected value "
+        "of every weight is unchanged; at inference, do nothing.",
+        "rng.random(shape) gives uniform numbers in [0, 1): comparing them with p gives the mask. Divide "
+        "survivors by 1 - p.",
+    ),
+    mistakes=(
+        Mistake(id="dropout-not-inverted", where="dropout.py:attention_dropout",
+                explanation="the surviving weights are not divided by 1 - p, so dropout shrinks the expected "
+                            "output",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="dropout-in-eval", where="dropout.py:attention_dropout",
+                explanation="weights are dropped when not training; dropout is off at inference",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="dropout-keep-p", where="dropout.py:attention_dropout",
+                explanation="weights are kept with probability p instead of dropped with it",
+                reread="Article B, 'Causal attention'"),
+    ),
+)
+
+@STAGE.check(1, "property", "public", cite="Article B, 'Causal attention'")
+def dropout_identity_in_eval(api, ctx):
+    """training=False returns the weights unchanged, whatever p"""
+    w = np.random.default_rng(0).random((6, 7))
+    got = np.asarray(api.dropout_probe(w, 0.5, 1, False), dtype=float)
+    if got.shape != w.shape or not np.array_equal(got, w):
+        raise diagnosed("dropout-in-eval" if got.shape == w.shape and (got == 0).mean() > 0.2 else None,
+                        "attention_dropout(training=False) changed the weights; dropout is off at inference")
+    got = np.asarray(api.dropout_probe(w, 0.0, 1, True), dtype=float)
+    if not np.array_equal(got, w):
+        raise Fail("attention_dropout(p=0, training=True) changed the weights")
+
+
+@STAGE.check(1.5, "property", "public")
+def dropout_kept_fraction(api, ctx):
+    """in training, each weight survives with probability 1 - p"""
+    w = np.ones((300, 300))
+    for p in (0.1, 0.3):
+        got = np.asarray(api.dropout_probe(w, p, 7, True), dtype=float)
+        kept = float((got != 0).mean())
+        sigma = np.sqrt(p * (1 - p) / w.size)
+        if abs(kept - (1 - p)) > 6 * sigma:
+            bad = "dropout-keep-p" if abs(kept - p) <= 6 * sigma else None
+            raise diagnosed(bad, f"with p={p} the kept fraction is {kept:.4f}; expected {1 - p:.2f} (+- {6 * sigma:.4f})")
+
+
+@STAGE.check(1.5, "property", "public")
+def dropout_survivors_rescaled(api, ctx):
+    """survivors are divided by 1 - p, so each weight keeps its expected value"""
+    w = np.random.default_rng(2).random((200, 200))
+    p = 0.25
+    got = np.asarray(api.dropout_probe(w, p, 11, True), dtype=float)
+    kept = got != 0
+    if np.allclose(got[kept], w[kept]):
+        raise diagnosed("dropout-not-inverted", "the surviving weights were not divided by 1 - p: the expected "
+                        "weight shrinks by the factor 1 - p")
+    check_close(got[kept], w[kept] / (1 - p), "surviving weights against w / (1 - p)")
+    mean_ratio = got.mean() / w.mean()
+    if abs(mean_ratio - 1) > 0.02:
+        raise Fail(f"the mean weight changed by x{mean_ratio:.3f} under dropout; expected about x1")
+
+
+@STAGE.check(1, "property", "public")
+def dropout_uses_the_rng(api, ctx):
+    """the same generator seed gives the same mask; another seed gives another"""
+    w = np.ones((20, 20))
+    a, b, c = (np.asarray(api.dropout_probe(w, 0.5, s, True)) for s in (3, 3, 4))
+    if not np.array_equal(a, b):
+        raise Fail("two calls with generators seeded alike gave different masks: draw from the rng you are given")
+    if np.array_equal(a, c):
+        raise Fail("generators with different seeds gave the same mask: draw from the rng you are given")
+

@@ -1,0 +1,101 @@
+"""Bonus stage 9: tiled attention with an online softmax (FlashAttention-style forward)."""
+import numpy as np
+
+from ..compare import check_close
+from ..diagnosis import diagnosed
+from ..outcomes import Fail
+from ..registry import Function, Mistake, Stage
+from .common import RAISED, expect_value_error, randn, shape_str
+
+STAGE = Stage(
+    name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
+    bonus=True, worked_points=1.0,
+    functions=(
+        Function(name="tiled_attention", target="tiled:tiled_attention", reference="api:tiled_attention"),
+        Function(name="tiled_peak_memory", target="npdriver:tiled_peak_memory"),
+        Function(name="tiled_key_rows", target="npdriver:tiled_key_rows"),
+    ),
+    intro="Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
+    hints=(
+        "Process the queries in blocks; for each block, let the key blocks stream past while you keep, per query "
+        "row, the largest score so far, the sum of exponentials so far, and the weighted sum of values so far.",
+        "When a new key block raises a row's maximum from m_old to m_new, everything accumulated so far was "
+        "measured against m_old: multiply both the sum and the weighted values by exp(m_old - m_new).",
+        "With the causal mask, a query block never needs key blocks that start after its last query's position: "
+        "stop the key loop there. Divide the weighted values by the sum only at the very end.",
+    ),
+    mistakes=(
+        Mistake(id="tiled-no-rescale", where="tiled.py:tiled_attention",
+                explanation="when a block raises a row's running maximum, the running sum and the accumulator "
+                            "must both be multiplied by exp(m_old - m_new); neither was",
+                reread="the docstring of tiled.py"),
+        Mistake(id="tiled-rescale-sum-only", where="tiled.py:tiled_attention",
+                explanation="the running sum is rescaled when the maximum grows but the output accumulator is "
+                            "not; both carry the old maximum",
+                reread="the docstring of tiled.py"),
+        Mistake(id="tiled-masked-row-nan", where="tiled.py:tiled_attention",
+                explanation="a row with no allowed key came back NaN (exp(-inf - -inf)); raise ValueError as "
+                            "softmax does",
+                reread="Article A, 'Hide forbidden positions before softmax'"),
+    ),
+)
+
+@STAGE.check(3, "reference")
+def tiled_reference_blocks(api, ctx):
+    """equals the reference for many block sizes, blocks that do not divide n, n_q != n_k, causal or not"""
+    rng = ctx.rng("tiled")
+    cases = [(10, 10, 3, 4, True), (7, 12, 4, 5, True), (9, 9, 64, 64, False), (1, 9, 2, 2, True),
+             (13, 20, 5, 7, False), (16, 16, 1, 1, True), (20, 20, 8, 3, True)]
+    for n_q, n_k, bq, bk, causal in cases:
+        q, k, v = randn(rng, n_q, 4), randn(rng, n_k, 4), randn(rng, n_k, 3)
+        check_close(api.tiled_attention(q, k, v, causal, bq, bk), ctx.ref.tiled_attention(q, k, v, causal),
+                    f"tiled_attention(causal={causal}, block_q={bq}, block_k={bk})",
+                    inputs=f"q {shape_str(q)}, k {shape_str(k)}",
+                    mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, causal, bq, bk))
+
+
+@STAGE.check(1.5, "reference", "public")
+def tiled_large_scores(api, ctx):
+    """stays exact when the scores reach +-1e4 and the running maximum jumps between blocks"""
+    rng = ctx.rng("tiled-large")
+    q, k, v = randn(rng, 12, 4, scale=60.0), randn(rng, 12, 4, scale=60.0), randn(rng, 12, 2)
+    k[9] *= 3  # a late key with a much larger score: the maximum grows in a later block
+    check_close(api.tiled_attention(q, k, v, True, 4, 4), ctx.ref.tiled_attention(q, k, v, True),
+                "tiled_attention with scores near +-1e4", inputs="q, k [12, 4] x 60, blocks of 4",
+                mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, True, 4, 4))
+
+
+@STAGE.check(1.5, "property", "public")
+def tiled_memory_linear(api, ctx):
+    """peak memory (tracemalloc) grows linearly with n, not with n^2"""
+    (small, shape), (large, _) = (api.tiled_peak_memory(n) for n in (512, 1024))
+    if list(shape) != [512, 16]:
+        raise Fail(f"tiled_attention of q, k, v [512, 16] returned shape {shape}; expected [512, 16]")
+    ratio = large / max(small, 1)
+    if ratio > 2.8 or large > 1024 * 1024 * 8 / 4:
+        raise Fail(f"peak memory {small / 1024:.0f} KiB at n=512 and {large / 1024:.0f} KiB at n=1024 "
+                   f"(x{ratio:.2f}); linear growth gives about x2, an n x n matrix x4 "
+                   f"({1024 * 1024 * 8 / 2**20:.0f} MiB at n=1024)")
+
+
+@STAGE.check(2, "property", "public")
+def tiled_skips_hidden_blocks(api, ctx):
+    """with a causal mask, key blocks entirely in the future of a query block are not read"""
+    r = api.tiled_key_rows(256, 64)
+    if r["read"] == 0:
+        raise Fail("no key block was read by slicing k[j0:j1]; slice the keys block by block")
+    if r["read"] > 0.7 * r["all"]:
+        raise Fail(f"read {r['read']} key rows in all; reading every block for every query block is {r['all']}, "
+                   f"and skipping the blocks the causal mask hides needs about {r['all'] * 10 // 16}")
+
+
+@STAGE.check(1, "property", "public")
+def tiled_row_without_keys_raises(api, ctx):
+    """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
+    q, k, v = np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2))
+    got = expect_value_error(lambda: api.tiled_attention(q, k, v, True, 2, 2), "tiled_attention with n_q > n_k")
+    if got is not RAISED:
+        out = np.asarray(got, dtype=float)
+        msg = f"rows with no allowed key returned {out.tolist()} instead of raising ValueError"
+        raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)
+
