@@ -6,14 +6,14 @@ SUBMISSION ?= exercises
 STAGE  ?=
 SEED   ?= 0
 
-.PHONY: grade hint submit worked exercises check-exercises test clean help
+.PHONY: grade hint submit worked exercises check-exercises test lint clean help
 
 help:
 	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
 	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
 	@echo "make worked                  list the articles' numbers that are checked"
-	@echo "make test                    the project's own tests (instructors)"
+	@echo "make test                    the project's own tests, after make lint (instructors)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (instructors)"
 
 $(VENV)/.student: requirements-student.txt
@@ -48,8 +48,11 @@ exercises: $(VENV)/.student
 check-exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises --check
 
-test: $(VENV)/.instructor
+test: $(VENV)/.instructor lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
+
+lint: $(VENV)/.dev  ## ruff, configured in ruff.toml
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf $(VENV) submission.zip .pytest_cache

@@ -85,7 +85,7 @@ def kill_everything(token: str, uid: int | None) -> None:
     """End every process the child started: by its marker in the environment, and by its uid."""
     for _ in range(2):  # twice: a process may have forked while we looked
         if uid is not None:
-            subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),  # noqa: PLW1509
+            subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         needle = f"ATTN_GRADE_TOKEN={token}".encode()
         for pid in os.listdir("/proc"):

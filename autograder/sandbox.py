@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from .child.policy import Limits
-from .launchers import ForkServer, Launched, SubprocessLauncher, copy_child_files, kept_env, kill_everything, \
-    sandbox_uid
+from .launchers import (
+    ForkServer,
+    Launched,
+    SubprocessLauncher,
+    copy_child_files,
+    kept_env,
+    kill_everything,
+    sandbox_uid,
+)
 from .outcomes import StudentCrash, StudentError, StudentTimeout
 
 PACKAGE = "submission"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import KIT_VERSION
 from .stages import SUBMISSION_FILES as STAGE_FILES
+
 MAX_UNZIPPED = 5 * 2**20
 
 

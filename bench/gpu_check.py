@@ -69,7 +69,8 @@ def check_dtypes(sub: Path, device: str = "cuda", dtypes=tuple(TOL)) -> list[dic
                              "max_abs_err": float(np.abs(got - want).max())})
         qt, kt, vt = (torch.tensor(a, device=device, dtype=dtype) for a in (q, k, v))
         got = fused(qt, kt, vt, causal=True).double().cpu().numpy()
-        rows.append({"check": "fused_attention", "dtype": str(dtype), "ok": bool(np.allclose(got, want_fused, rtol=rtol, atol=atol)),
+        rows.append({"check": "fused_attention", "dtype": str(dtype),
+                     "ok": bool(np.allclose(got, want_fused, rtol=rtol, atol=atol)),
                      "max_abs_err": float(np.abs(got - want_fused).max())})
     return rows
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, grade, variant
 
+from autograder.article_numbers import X
 from autograder.instructor.build import autograder_zip, gradescope_local
 from autograder.launchers import separate_user_possible
-from autograder.article_numbers import X
 
 SECRET = "test-course-secret"
 SOFTMAX_HEAD = '"""Stage 1: a numerically stable softmax.'
@@ -161,7 +161,7 @@ def test_forged_results_and_lingering_writer(zip_path, tmp_path):
     forger = (f"    import subprocess, sys, os\n"
               f"    if os.environ.get('FORGER_STARTED'):\n        return np.full(np.shape(scores), 0.5)\n"
               f"    os.environ['FORGER_STARTED'] = '1'\n"
-              f"    code = 'import time\\nfor _ in range(3000):\\n    try:\\n        open({str(results)!r}, \"w\").write(\"{{\\\\\"score\\\\\": 1000}}\")\\n    except OSError:\\n        pass\\n    time.sleep(0.02)'\n"
+              f"    code = 'import time\\nfor _ in range(3000):\\n    try:\\n        open({str(results)!r}, \"w\").write(\"{{\\\\\"score\\\\\": 1000}}\")\\n    except OSError:\\n        pass\\n    time.sleep(0.02)'\n"  # noqa: E501
               f"    subprocess.Popen([sys.executable, '-c', code, '{marker}'], start_new_session=True)\n")
     sub = variant(tmp_path / "a", {"softmax.py": [(SM_BODY, forger + SM_BODY)]})
     data, scores = run_zip(zip_path, sub, tmp_path)
@@ -188,7 +188,7 @@ def test_pickle_bomb_return_is_refused(zip_path, tmp_path):
 
 @needs_separate_user
 def test_cannot_kill_the_grader(zip_path, tmp_path):
-    killer = "    import os, signal\n    for sig in (signal.SIGKILL,):\n        try:\n            os.kill(os.getppid(), sig)\n        except OSError:\n            pass\n"
+    killer = "    import os, signal\n    for sig in (signal.SIGKILL,):\n        try:\n            os.kill(os.getppid(), sig)\n        except OSError:\n            pass\n"  # noqa: E501
     sub = variant(tmp_path, {"softmax.py": [(SM_BODY, killer + SM_BODY)]})
     data, scores = run_zip(zip_path, sub, tmp_path)
     assert scores == FULL

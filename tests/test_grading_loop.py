@@ -6,9 +6,9 @@ import sys
 import pytest
 from conftest import ROOT, SOLUTIONS, grade, variant
 
-from autograder.stages import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
 from autograder.report.gradescope_json import results_json
 from autograder.report.terminal import terminal
+from autograder.stages import BONUS_POINTS, CHECKS, CORE_POINTS, STAGES
 
 STAGE_POINTS = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16,
                 "heads": 16, "kv_cache": 16, "fused": 14, "tiled": 10, "backward": 10, "dropout": 5, "costs": 5}
@@ -35,7 +35,8 @@ def test_solutions_score_full_marks(solutions_result):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_solutions_full_marks_other_seeds(seed):
     res = grade(SOLUTIONS, seed=seed)
-    assert res.score == 100 and res.bonus_score == 30, [(r.check.id, r.message) for s in res.stages.values() for r in s.checks if not r.passed]
+    assert res.score == 100 and res.bonus_score == 30, [(r.check.id, r.message) for s in res.stages.values()
+                                                       for r in s.checks if not r.passed]
 
 
 def test_stubs_score_zero_not_started(stubs_result):

@@ -24,8 +24,8 @@ def _grade(repo, *args):
 def test_release_has_no_solutions_reference_or_hidden_checks(student_repo):
     names = {p.relative_to(student_repo).as_posix() for p in student_repo.rglob("*") if p.is_file()}
     assert not any(n.startswith(("solutions/", "attn_ref/", "tests/")) for n in names)
-    for instructor in ("build.py", "make_exercises.py", "regrade.py", "gradescope.py"):
-        assert f"autograder/{instructor}" not in names
+    assert not any(n.startswith("autograder/instructor/") for n in names)
+    assert "autograder/stages/softmax.py" in names and "autograder/child/worker.py" in names
     assert {"Makefile", "README.md", "requirements-student.txt", "autograder/fixtures.json",
             "exercises/softmax.py"} <= names
     probe = ("import sys; sys.path.insert(0, '.'); from autograder.grade import CHECKS; "
@@ -92,9 +92,10 @@ def test_student_makefile_targets(student_repo):
 
 
 def test_strip_hidden_checks_keeps_public_ones():
-    src = ('@check(S, 1, "reference")\ndef a(api, ctx):\n    pass\n\n\n'
-           '@check(S, 1, "property", "public")\ndef b(api, ctx):\n    pass\n\n\n'
-           '@check(S, 1, "property", visibility="hidden")\ndef c(api, ctx):\n    pass\n')
+    src = ('@STAGE.check(points=1, kind="reference")\ndef a(api, ctx):\n    pass\n\n\n'
+           '@STAGE.check(points=1, kind="property", visibility="public")\ndef b(api, ctx):\n    pass\n\n\n'
+           '@STAGE.check(1, "property", "public")\ndef d(api, ctx):\n    pass\n\n\n'
+           '@STAGE.check(1, "property", visibility="hidden")\ndef c(api, ctx):\n    pass\n')
     out = strip_hidden_checks(src)
-    assert "def b" in out and "def a" not in out and "def c" not in out
+    assert "def b" in out and "def d" in out and "def a" not in out and "def c" not in out
     assert ROOT.exists()

@@ -13,11 +13,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import numpy  # noqa: E402,F401
-import torch  # noqa: E402,F401
-import torch.utils.flop_counter  # noqa: E402,F401
+import numpy  # noqa: F401
+import torch
+import torch.utils.flop_counter
 
-from autograder.child import drivers, np_drivers, policy, wire, worker  # noqa: E402,F401
+from autograder.child import drivers, np_drivers, policy, wire, worker  # noqa: F401
 
 
 def become_worker(req: dict) -> None:

@@ -16,7 +16,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from autograder.child import wire  # noqa: E402
+from autograder.child import wire
 
 
 def load_package(sub_dir: str, pkg: str) -> None:

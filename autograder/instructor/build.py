@@ -62,7 +62,8 @@ def record_fixtures() -> dict:
     store: dict = {}
     compare.EAGER_MISTAKES = True  # the student repo must be able to diagnose without attn_ref
     try:
-        res = grade(ROOT / "solutions", ref=Recorder(ReferenceAPI(), "ref", store), mistakes=Recorder(mistakes, "mistakes", store),
+        res = grade(ROOT / "solutions", ref=Recorder(ReferenceAPI(), "ref", store),
+                    mistakes=Recorder(mistakes, "mistakes", store),
                     public_only=True, pictures=True)
     finally:
         compare.EAGER_MISTAKES = False

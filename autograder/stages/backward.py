@@ -47,7 +47,7 @@ def _part(variants: dict, i: int, want) -> dict:
             if any(not np.allclose(c[i], want, atol=1e-6) for c in cands)}
 
 
-@STAGE.check(4, "reference")
+@STAGE.check(points=4, kind="reference")
 def backward_reference(api, ctx):
     """dq, dk, dv match the reference: causal or not, n_q != n_k, d_v != d_k"""
     rng = ctx.rng("backward")
@@ -56,7 +56,7 @@ def backward_reference(api, ctx):
         _grads(api, ctx, q, k, v, g, causal, f"q {shape_str(q)}, k {shape_str(k)}, causal={causal}")
 
 
-@STAGE.check(3, "property", "public")
+@STAGE.check(points=3, kind="property", visibility="public")
 def backward_finite_differences(api, ctx):
     """dq, dk, dv agree with central finite differences of the forward pass"""
     rng = ctx.rng("backward-fd")
@@ -76,7 +76,7 @@ def backward_finite_differences(api, ctx):
                     mistakes=lambda i=i, num=num: _part(ctx.mistakes.backward_variants(q, k, v, g, True), i, num))
 
 
-@STAGE.check(3, "property", "public")
+@STAGE.check(points=3, kind="property", visibility="public")
 def backward_masked_keys_get_no_gradient(api, ctx):
     """a key and value that no query with a gradient may see get exactly zero gradient"""
     rng = ctx.rng("backward-mask")

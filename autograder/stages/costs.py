@@ -1,5 +1,4 @@
 """Bonus stage 12: counting scores and KV-cache numbers."""
-import numpy as np
 
 from ..diagnosis import diagnosed
 from ..registry import Function, Mistake, Stage
@@ -27,7 +26,7 @@ STAGE = Stage(
     ),
 )
 
-@STAGE.check(1.5, "reference")
+@STAGE.check(points=1.5, kind="reference")
 def costs_reference(api, ctx):
     """score_count and kv_cache_floats match the formulas for random sizes"""
     rng = ctx.rng("costs")
@@ -44,7 +43,7 @@ def costs_reference(api, ctx):
             raise diagnosed(found, f"kv_cache_floats({n}, {layers}, {kvh}, {d}, {b}) = {got}; expected {want}")
 
 
-@STAGE.check(1.5, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'")
 def costs_match_your_cache(api, ctx):
     """kv_cache_floats equals what your own KVCache allocates"""
     for batch, h, max_len, d in [(1, 12, 1024, 64), (2, 4, 100, 16)]:

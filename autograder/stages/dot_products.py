@@ -23,7 +23,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(1.5, "reference")
+@STAGE.check(points=1.5, kind="reference")
 def dot_scores_reference(api, ctx):
     """dot_scores matches the reference (n = 1, n != d, float32)"""
     rng = ctx.rng("dot")
@@ -32,7 +32,7 @@ def dot_scores_reference(api, ctx):
         check_close(api.dot_scores(x), ctx.ref.dot_scores(x), "dot_scores(x)", inputs=shape_str(x))
 
 
-@STAGE.check(0.5, "property", "public")
+@STAGE.check(points=0.5, kind="property", visibility="public")
 def dot_scores_symmetric(api, ctx):
     """the Gram matrix is symmetric with squared norms on the diagonal"""
     x = randn(ctx.rng("dot-sym"), 4, 3)
@@ -43,7 +43,7 @@ def dot_scores_symmetric(api, ctx):
     check_close(np.diag(g), (x * x).sum(-1), "the diagonal of dot_scores(x) (each row's squared length)")
 
 
-@STAGE.check(1.5, "reference")
+@STAGE.check(points=1.5, kind="reference")
 def simple_attention_reference(api, ctx):
     """simple_self_attention matches the reference (n = 1, float32)"""
     rng = ctx.rng("simple")
@@ -53,14 +53,14 @@ def simple_attention_reference(api, ctx):
                     "simple_self_attention(x)", inputs=shape_str(x))
 
 
-@STAGE.check(0.5, "property", "public")
+@STAGE.check(points=0.5, kind="property", visibility="public")
 def simple_single_token(api, ctx):
     """with one token, the output is that token (its only weight is 1)"""
     x = np.array([[0.3, -1.2, 2.0]])
     check_close(api.simple_self_attention(x), x, "simple_self_attention of one token", inputs="[1, 3]")
 
 
-@STAGE.check(1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'")
 def permutation_equivariance(api, ctx):
     """permuting the tokens permutes the outputs the same way"""
     rng = ctx.rng("perm")

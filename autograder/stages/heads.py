@@ -47,7 +47,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(1.5, "reference")
+@STAGE.check(points=1.5, kind="reference")
 def split_heads_reference(api, ctx):
     """split_heads gives head h the columns h*d_head:(h+1)*d_head, laid out [..., n_heads, n, d_head]"""
     rng = ctx.rng("split")
@@ -57,7 +57,7 @@ def split_heads_reference(api, ctx):
                     inputs=shape_str(x), mistakes={"heads-wrong-split": ctx.mistakes.split_wrong(x, h)})
 
 
-@STAGE.check(1.5, "reference")
+@STAGE.check(points=1.5, kind="reference")
 def merge_heads_inverse(api, ctx):
     """merge_heads matches the reference and undoes split_heads"""
     rng = ctx.rng("merge")
@@ -74,7 +74,7 @@ def _weights(rng, d_model, dt=np.float64):
     return [randn(rng, d_model, d_model, dtype=dt, scale=d_model**-0.5) for _ in range(4)]
 
 
-@STAGE.check(2, "reference")
+@STAGE.check(points=2, kind="reference")
 def mha_reference(api, ctx):
     """multi_head_attention matches the reference: causal or not, batch dims, n = 1, float32"""
     rng = ctx.rng("mha")
@@ -87,7 +87,7 @@ def mha_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.mha_variants(x, *w, h, causal))
 
 
-@STAGE.check(1, "property", "public")
+@STAGE.check(points=1, kind="property", visibility="public")
 def mha_equals_head_loop(api, ctx):
     """multi_head_attention equals running your attention on each head's columns and concatenating"""
     rng = ctx.rng("mha-loop")
@@ -106,7 +106,7 @@ def mha_equals_head_loop(api, ctx):
                 "multi_head_attention against a loop over heads of your own attention()", inputs=shape_str(x))
 
 
-@STAGE.check(1, "property", "public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'")
 def mha_permutation_equivariance(api, ctx):
     """without a causal mask, permuting the tokens permutes the outputs"""
     rng = ctx.rng("mha-perm")
@@ -119,7 +119,7 @@ def mha_permutation_equivariance(api, ctx):
                 f"multi_head_attention(x[perm], causal=False) against the output permuted, perm={perm.tolist()}")
 
 
-@STAGE.check(1.5, "property", "public", cite="Article B, 'Code that matches the hand numbers'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'")
 def module_structure(api, ctx):
     """CausalSelfAttention has exactly the submodules qkv (C -> 3C) and out (C -> C), both Linear without bias"""
     info = api.module_structure(8, 2)
@@ -134,7 +134,7 @@ def module_weights(rng, C, dt=np.float32):
     return randn(rng, 3 * C, C, dtype=dt, scale=C**-0.5), randn(rng, C, C, dtype=dt, scale=C**-0.5)
 
 
-@STAGE.check(2, "reference")
+@STAGE.check(points=2, kind="reference")
 def module_reference(api, ctx):
     """CausalSelfAttention.forward matches the reference for random weights (B = 2, several heads, T = 1)"""
     rng = ctx.rng("module")
@@ -146,7 +146,7 @@ def module_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.module_variants(x, qkv_w, out_w, H))
 
 
-@STAGE.check(1.5, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Causal attention'")
 def module_future_does_not_leak(api, ctx):
     """changing later tokens never changes the module's earlier outputs"""
     rng = ctx.rng("module-future")

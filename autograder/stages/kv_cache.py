@@ -43,7 +43,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(2, "property", "public")
+@STAGE.check(points=2, kind="property", visibility="public")
 def allocates_up_front(api, ctx):
     """KVCache preallocates k and v as [B, H, max_len, D] in the requested dtype, length 0"""
     for dtype in ("float32", "float64"):
@@ -57,7 +57,7 @@ def allocates_up_front(api, ctx):
             raise Fail(f"a new KVCache has length {r['lengths'][0]}, expected 0")
 
 
-@STAGE.check(2, "property", "public")
+@STAGE.check(points=2, kind="property", visibility="public")
 def append_returns_prefix(api, ctx):
     """append writes at `length`, advances it, and returns everything filled so far"""
     r = api.kv_cache_probe(1, 2, 12, 3, [4, 1, 1, 3])
@@ -71,7 +71,7 @@ def append_returns_prefix(api, ctx):
                    "(expected k[:, :, :length], v[:, :, :length])")
 
 
-@STAGE.check(1.5, "property", "public")
+@STAGE.check(points=1.5, kind="property", visibility="public")
 def append_past_max_len_raises(api, ctx):
     """appending past max_len raises ValueError"""
     r = api.kv_cache_probe(1, 1, 5, 2, [3, 3])
@@ -94,26 +94,26 @@ def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
                 ignore_nan_in_mistakes=True)
 
 
-@STAGE.check(3, "property", "hidden", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=3, kind="property", visibility="hidden", cite="Article B, 'What it costs as the sequence grows'")
 def decode_token_by_token(api, ctx):
     """decoding one token at a time equals the full forward on every position"""
     _decode(api, ctx, "decode-1", [1] * 7)
 
 
-@STAGE.check(2.5, "property", "hidden")
+@STAGE.check(points=2.5, kind="property", visibility="hidden")
 def decode_in_chunks(api, ctx):
     """a prompt chunk then smaller chunks (bottom-right causal alignment) equals the full forward"""
     _decode(api, ctx, "decode-chunks", [4, 1, 3, 2])
     _decode(api, ctx, "decode-chunks-b", [2, 5], B=1, C=12, H=3)
 
 
-@STAGE.check(1, "property", "hidden")
+@STAGE.check(points=1, kind="property", visibility="hidden")
 def decode_float64(api, ctx):
     """decoding in float64 (a float64 cache) matches the reference tightly"""
     _decode(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
-@STAGE.check(3, "property", "public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'")
 def decode_step_cost_linear(api, ctx):
     """the FLOPs of one decode step grow linearly with the cache length, not quadratically"""
     lengths = [64, 128, 256]
@@ -130,6 +130,7 @@ def decode_step_cost_linear(api, ctx):
             f"(x{f[2] / f[0]:.1f}); recomputing everything instead: {naive[0]:,} and {naive[2]:,} "
             f"(x{naive[2] / naive[0]:.1f})")
     if ratio > 3.5:
-        raise diagnosed("cache-quadratic-step", f"one decode step costs {table}: growth from 64 to 256 is {ratio:.2f}x the growth from 64 to 128 "
-                   "(linear cost gives 3.0); the step redoes work for every cached position pair")
+        raise diagnosed("cache-quadratic-step", f"one decode step costs {table}: growth from 64 to 256 is "
+                        f"{ratio:.2f}x the growth from 64 to 128 (linear cost gives 3.0); the step redoes work "
+                        "for every cached position pair")
     return note

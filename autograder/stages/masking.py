@@ -69,7 +69,7 @@ def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     check_close(w, ref_w, "attention weights", inputs=inputs, mistakes=variants(1))
 
 
-@STAGE.check(2, "reference", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=2, kind="reference", visibility="public", cite="Article B, 'Causal attention'")
 def causal_mask_reference(api, ctx):
     """causal_mask is bool, lower-triangular, and aligned bottom-right when n_q != n_k"""
     for args in [(4,), (1,), (3, 3), (2, 5), (1, 6), (4, 7)]:
@@ -92,7 +92,7 @@ def causal_mask_reference(api, ctx):
                                     "bad": (got != want).tolist()})
 
 
-@STAGE.check(1, "reference")
+@STAGE.check(points=1, kind="reference")
 def apply_mask_reference(api, ctx):
     """apply_mask puts -inf exactly where the mask is False and leaves the rest alone"""
     rng = ctx.rng("apply")
@@ -108,7 +108,7 @@ def apply_mask_reference(api, ctx):
                 mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0)})
 
 
-@STAGE.check(1, "property", "public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
@@ -116,20 +116,21 @@ def apply_mask_empty_row_raises(api, ctx):
                        returned_ok=False)
 
 
-@STAGE.check(2, "reference")
+@STAGE.check(points=2, kind="reference")
 def attention_reference(api, ctx):
     """attention matches the reference: random masks, n_q != n_k, d_v != d_k, batch dims, n = 1, float32"""
     rng = ctx.rng("attn")
     cases = [((), 4, 4, 3, 3, np.float64), ((), 3, 6, 4, 5, np.float64), ((2,), 5, 5, 8, 2, np.float64),
              ((2, 3), 2, 7, 4, 4, np.float32), ((), 1, 1, 2, 3, np.float64)]
     for lead, n_q, n_k, d_k, d_v, dt in cases:
-        q, k, v = randn(rng, *lead, n_q, d_k, dtype=dt), randn(rng, *lead, n_k, d_k, dtype=dt), randn(rng, *lead, n_k, d_v, dtype=dt)
+        q, k = randn(rng, *lead, n_q, d_k, dtype=dt), randn(rng, *lead, n_k, d_k, dtype=dt)
+        v = randn(rng, *lead, n_k, d_v, dtype=dt)
         allowed = rng.random((n_q, n_k)) < 0.5
         allowed[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
         _attention_case(api, ctx, q, k, v, allowed, f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask")
 
 
-@STAGE.check(1, "reference")
+@STAGE.check(points=1, kind="reference")
 def attention_no_mask(api, ctx):
     """allowed=None lets every query see every key"""
     rng = ctx.rng("attn-none")
@@ -137,7 +138,7 @@ def attention_no_mask(api, ctx):
     _attention_case(api, ctx, q, k, v, None, f"q {shape_str(q)}, k {shape_str(k)}, allowed=None")
 
 
-@STAGE.check(1, "reference")
+@STAGE.check(points=1, kind="reference")
 def attention_large_scores(api, ctx):
     """stays exact when the scores reach +-1e4 (float64)"""
     rng = ctx.rng("attn-large")
@@ -146,7 +147,7 @@ def attention_large_scores(api, ctx):
     _attention_case(api, ctx, q, k, v, allowed, "q, k [4, 4] x 70: scores near +-1e4, causal")
 
 
-@STAGE.check(1, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'")
 def masked_weights_exactly_zero(api, ctx):
     """forbidden positions get weight exactly 0"""
     rng = ctx.rng("attn-zero")
@@ -162,7 +163,7 @@ def masked_weights_exactly_zero(api, ctx):
         raise Fail(f"query {i} puts weight {w[i, j]:.4g} on future key {j}; forbidden weights must be exactly 0")
 
 
-@STAGE.check(0.5, "property", "public")
+@STAGE.check(points=0.5, kind="property", visibility="public")
 def weights_sum_to_one(api, ctx):
     """every query's weights sum to 1, masked or not"""
     rng = ctx.rng("attn-sum")
@@ -173,7 +174,7 @@ def weights_sum_to_one(api, ctx):
         raise Fail(f"row sums of the weights are {np.round(sums, 4).tolist()}, expected all 1")
 
 
-@STAGE.check(1, "property", "public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'")
 def future_does_not_leak(api, ctx):
     """with a causal mask, changing later tokens never changes earlier outputs"""
     rng = ctx.rng("attn-future")

@@ -39,7 +39,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(2, "reference")
+@STAGE.check(points=2, kind="reference")
 def reference(api, ctx):
     """scaled_scores matches the reference (n_q != n_k, several d_k, float32)"""
     rng = ctx.rng("scaled")
@@ -50,7 +50,7 @@ def reference(api, ctx):
                     inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@STAGE.check(1, "reference")
+@STAGE.check(points=1, kind="reference")
 def reference_batch(api, ctx):
     """scaled_scores works with leading batch dimensions"""
     rng = ctx.rng("scaled-batch")
@@ -59,7 +59,7 @@ def reference_batch(api, ctx):
                 inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@STAGE.check(1, "property", "public", cite="Article A, 'Why divide by the square root?'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Why divide by the square root?'")
 def variance_theory(api, ctx):
     """var(q.k) is near d_k and var(q.k / sqrt(d_k)) near 1, for other d_k and seeds"""
     for d_k, seed in [(8, 11), (128, 12)]:
@@ -74,7 +74,7 @@ def variance_theory(api, ctx):
                        f"(+- {5 * se / d_k:.3f})")
 
 
-@STAGE.check(1, "property", "public")
+@STAGE.check(points=1, kind="property", visibility="public")
 def variance_seeded(api, ctx):
     """the same seed gives the same estimate; another seed gives another"""
     a = float(api.score_variance(16, 2000, 5, False))

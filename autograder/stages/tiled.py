@@ -40,7 +40,7 @@ STAGE = Stage(
     ),
 )
 
-@STAGE.check(3, "reference")
+@STAGE.check(points=3, kind="reference")
 def tiled_reference_blocks(api, ctx):
     """equals the reference for many block sizes, blocks that do not divide n, n_q != n_k, causal or not"""
     rng = ctx.rng("tiled")
@@ -54,7 +54,7 @@ def tiled_reference_blocks(api, ctx):
                     mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, causal, bq, bk))
 
 
-@STAGE.check(1.5, "reference", "public")
+@STAGE.check(points=1.5, kind="reference", visibility="public")
 def tiled_large_scores(api, ctx):
     """stays exact when the scores reach +-1e4 and the running maximum jumps between blocks"""
     rng = ctx.rng("tiled-large")
@@ -65,7 +65,7 @@ def tiled_large_scores(api, ctx):
                 mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, True, 4, 4))
 
 
-@STAGE.check(1.5, "property", "public")
+@STAGE.check(points=1.5, kind="property", visibility="public")
 def tiled_memory_linear(api, ctx):
     """peak memory (tracemalloc) grows linearly with n, not with n^2"""
     (small, shape), (large, _) = (api.tiled_peak_memory(n) for n in (512, 1024))
@@ -78,7 +78,7 @@ def tiled_memory_linear(api, ctx):
                    f"({1024 * 1024 * 8 / 2**20:.0f} MiB at n=1024)")
 
 
-@STAGE.check(2, "property", "public")
+@STAGE.check(points=2, kind="property", visibility="public")
 def tiled_skips_hidden_blocks(api, ctx):
     """with a causal mask, key blocks entirely in the future of a query block are not read"""
     r = api.tiled_key_rows(256, 64)
@@ -89,7 +89,7 @@ def tiled_skips_hidden_blocks(api, ctx):
                    f"and skipping the blocks the causal mask hides needs about {r['all'] * 10 // 16}")
 
 
-@STAGE.check(1, "property", "public")
+@STAGE.check(points=1, kind="property", visibility="public")
 def tiled_row_without_keys_raises(api, ctx):
     """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
     q, k, v = np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2))

@@ -1,0 +1,226 @@
+"""The shape of the kit: parts as folders, no import cycle, boundaries that hold, and a new stage
+that needs only its stage module, its solution module and its reference function."""
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+GRADER = ROOT / "autograder"
+PARTS = ("stages", "child", "instructor", "report")
+
+
+def modules(folder: Path, package: str) -> list[str]:
+    out = []
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder).with_suffix("")
+        parts = [package, *rel.parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        if parts[-1] != "__main__":
+            out.append(".".join(parts))
+    return out
+
+
+ALL = modules(GRADER, "autograder") + modules(ROOT / "attn_ref", "attn_ref")
+
+
+def test_every_module_imports_first_in_a_fresh_interpreter():
+    """Any module imported before all others works: no import cycle hides behind an import order."""
+    script = (
+        "import importlib, json, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "bad = {}\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    for m in [m for m in sys.modules if m.split('.')[0] in ('autograder', 'attn_ref')]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as e:\n"
+        "        bad[name] = repr(e)\n"
+        "print(json.dumps(bad))\n"
+    )
+    for order in (ALL, ALL[::-1]):
+        p = subprocess.run([sys.executable, "-c", script, json.dumps(order)], capture_output=True, text=True,
+                           timeout=300, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout.splitlines()[-1]) == {}
+
+
+def _package_imports(path: Path, package: str) -> set[str]:
+    """Absolute names of the package's modules that `path` imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    rel_parts = path.relative_to(ROOT).with_suffix("").parts
+    pkg_parts = list(rel_parts[:-1])
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg_parts[: len(pkg_parts) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.add(name)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {n for n in found if n.split(".")[0] == package}
+
+
+def test_outcomes_is_a_leaf():
+    assert _package_imports(GRADER / "outcomes.py", "autograder") == set()
+    assert _package_imports(GRADER / "registry.py", "autograder") == set()
+
+
+def test_child_sees_only_child():
+    """The sandbox copies autograder/child/ alone: nothing there may import the rest of the grader."""
+    for path in (GRADER / "child").glob("*.py"):
+        outside = {n for n in _package_imports(path, "autograder") if not n.startswith("autograder.child")}
+        assert not outside, (path.name, outside)
+
+
+def test_stage_checks_do_not_reach_into_the_sandbox():
+    for path in (GRADER / "stages").glob("*.py"):
+        names = _package_imports(path, "autograder")
+        assert not names & {"autograder.sandbox", "autograder.launchers", "autograder.grade"}, (path.name, names)
+
+
+def test_parts_are_folders_with_a_docstring():
+    for part in PARTS:
+        init = GRADER / part / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.splitlines()[0]) > 20, part
+    assert not (GRADER / "checks").exists()
+
+
+def test_attn_ref_and_solutions_stay_independent():
+    for path in (ROOT / "attn_ref").glob("*.py"):
+        names = {n.split(".")[0] for n in _package_imports(path, "autograder") | _package_imports(path, "solutions")}
+        assert not names, path
+
+
+# ---------------------------------------------------------------------------------------- toy --
+TOY_STAGE = '''"""A toy stage, added by the structure test: doubling an array."""
+import numpy as np
+
+from ..compare import check_close
+from ..registry import Function, Mistake, Stage
+
+STAGE = Stage(
+    name="toy", number=13, points=2, files=("toy.py",), bonus=True,
+    functions=(Function(name="double", target="toy:double", reference="toy:double"),),
+    intro="Double every entry.",
+    hints=("Multiply by two.", "x * 2 keeps the shape."),
+    mistakes=(Mistake(id="toy-triple", where="toy.py:double", explanation="the entries are tripled",
+                      reread="the docstring of toy.py"),),
+)
+
+
+@STAGE.check(points=1, kind="reference", visibility="public")
+def doubles_public(api, ctx):
+    """doubles a fixed array"""
+    x = np.arange(6.0).reshape(2, 3)
+    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={"toy-triple": 3 * x})
+
+
+@STAGE.check(points=1, kind="reference")
+def doubles_hidden(api, ctx):
+    """doubles random arrays"""
+    x = ctx.rng("toy").standard_normal((4, 5))
+    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={"toy-triple": 3 * x})
+'''
+TOY_SOLUTION = '''"""Toy stage: double every entry of x (any shape)."""
+import numpy as np
+
+
+def double(x: np.ndarray) -> np.ndarray:
+    """x -> 2 x, same shape."""
+    # BEGIN SOLUTION
+    return np.asarray(x) * 2
+    # END SOLUTION
+'''
+TOY_REFERENCE = '''"""Reference of the toy stage."""
+import numpy as np
+
+
+def double(x):
+    return np.multiply(x, 2.0)
+'''
+
+
+@pytest.fixture(scope="module")
+def toy_kit(tmp_path_factory):
+    """A copy of the kit (tracked files) with the toy stage added as exactly three new files."""
+    kit = tmp_path_factory.mktemp("kit") / "kit"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (kit / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, kit / name)
+    new = {"autograder/stages/toy.py": TOY_STAGE, "solutions/toy.py": TOY_SOLUTION, "attn_ref/toy.py": TOY_REFERENCE}
+    for name, text in new.items():
+        (kit / name).write_text(text)
+    return kit
+
+
+def _make(kit: Path, *args: str) -> str:
+    """`make ARGS` in the copy, with this checkout's virtual environment (set up by `make test`)."""
+    venv = ROOT / ".venv"
+    if not (venv / ".instructor").exists():
+        pytest.skip("needs the .venv that `make test` sets up")
+    p = subprocess.run(["make", "-s", f"VENV={venv}", *args], cwd=kit, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
+    kit = toy_kit
+    _make(kit, "exercises")
+    stub = (kit / "exercises" / "toy.py").read_text()
+    assert 'raise NotImplementedError("toy: write this part of double")' in stub and "np.asarray(x) * 2" not in stub
+
+    out = _make(kit, "grade", "SUBMISSION=solutions", "STAGE=toy")
+    assert "13  toy" in out and "2/2  passed" in out
+    out = _make(kit, "grade", "STAGE=toy")
+    assert "not started" in out and "exercises/toy.py:" in out
+    mutant = kit / "mutant"
+    shutil.copytree(kit / "solutions", mutant)
+    (mutant / "toy.py").write_text(TOY_SOLUTION.replace("* 2", "* 3"))
+    out = _make(kit, "grade", "SUBMISSION=mutant", "STAGE=toy")
+    assert "Diagnosis toy-triple: the entries are tripled" in out
+    assert "Hint 1/2 for stage 13 (toy)" in _make(kit, "hint", "STAGE=toy")
+
+    _make(kit, "release")
+    student = kit / "dist" / "student"
+    assert (student / "exercises" / "toy.py").is_file() and not (student / "attn_ref").exists()
+    assert "doubles_hidden" not in (student / "autograder" / "stages" / "toy.py").read_text()
+    shutil.copy2(kit / "solutions" / "toy.py", student / "exercises" / "toy.py")
+    p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "toy"], cwd=student,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "1/1  passed" in p.stdout, p.stdout + p.stderr
+
+    _make(kit, "autograder")
+    with zipfile.ZipFile(kit / "dist" / "autograder.zip") as z:
+        assert {"autograder/stages/toy.py", "attn_ref/toy.py"} <= set(z.namelist())
+    _make(kit, "gradescope-local", "SUBMISSION=solutions")
+    results = json.loads((kit / "dist" / "gradescope-local" / "results" / "results.json").read_text())
+    toy = [t for t in results["tests"] if t["extra_data"]["stage"] == "toy"]
+    assert [t["score"] for t in toy] == [1, 1]
+
+    p = subprocess.run([sys.executable, "-c", (
+        "import json, sys; sys.path.insert(0, '.')\n"
+        "from autograder.instructor.notebooks import build_notebook, otter_master\n"
+        "nb, ot = build_notebook(), otter_master()\n"
+        "print(json.dumps([[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]))")],
+        cwd=kit, capture_output=True, text=True, timeout=120, check=True)
+    nb, ot = json.loads(p.stdout)
+    assert any(s.startswith("## Stage 13: toy\n\nDouble every entry.") for s in nb)
+    assert any(s.startswith("%%writefile submission/toy.py") for s in nb)
+    assert any("check_passed('toy', 'doubles_hidden')" in s for s in ot)
