@@ -15,17 +15,27 @@ def use_color() -> bool:
 
 
 def _grade(args) -> int:
+    from .sandbox import prestart
+
+    stages = [s.strip() for s in args.stage.split(",") if s.strip()] if args.stage else None
+    # The children load numpy (and torch) while this process imports the stages and their checks. The
+    # usual folder holds the stage modules itself: start them there now, before locate() imports the stages.
+    path = Path(args.submission)
+    guess = path.resolve() if path.is_dir() and any(path.glob("*.py")) else None
+    workers = prestart(guess, stages, args.timeout) if guess else {}
     from .submission import locate
 
     try:
-        sub = locate(Path(args.submission))
+        sub = locate(path).resolve()
     except (FileNotFoundError, ValueError) as e:
+        for w in workers.values():
+            w.close()
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stages = [s.strip() for s in args.stage.split(",") if s.strip()] if args.stage else None
-    from .sandbox import prestart
-
-    workers = prestart(sub, stages, args.timeout)  # children load numpy/torch while the checks are imported
+    if sub != guess:
+        for w in workers.values():
+            w.close()
+        workers = prestart(sub, stages, args.timeout)
     from .grade import grade
     from .report.gradescope_json import write_json
     from .report.terminal import terminal
