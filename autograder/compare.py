@@ -98,7 +98,7 @@ def _check_close(got, expected, what: str, rtol: float, atol: float, inputs: str
             row = f"; that row: expected {fmt(e[tuple(idx[:-1])])}, got {fmt(g[tuple(idx[:-1])])}"
         raise Fail(
             f"{what}: {int(bad.sum())} of {bad.size} entries differ; worst at {where}: "
-            f"expected {fmt(e[idx])}, got {fmt(g[idx])} (error {fmt(err[idx], 3)}, allowed {fmt(limit[idx], 3)})"
+            f"expected {fmt(e[idx])}, got {fmt(g[idx])} (error {float(err[idx]):.3g}, allowed {float(limit[idx]):.3g})"
             f"{row}{ctx}"
         )
 

@@ -16,7 +16,8 @@ from .api import Context, ReferenceAPI, StudentAPI
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
 from .sandbox import Worker
-from .stages import CATALOGUE, CHECKS, STAGE, STAGES, stage_of_file
+from .sources import reached_files
+from .stages import CATALOGUE, CHECKS, FUNCTIONS, STAGE, STAGES, stage_of_file
 
 NIE = "NotImplementedError"
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -33,6 +34,7 @@ class CheckResult:
     not_run: bool = False
     note: str = ""  # what a passing check measured (costs), shown in the report
     arrays: dict | None = None  # expected / got / bad cells of the first mismatch (HTML report)
+    called: tuple[str, ...] = ()  # the names of the student's functions (and drivers) the check called
 
     @property
     def score(self) -> float:
@@ -93,13 +95,33 @@ class Results:
         return sum(s.max_score for s in self._core(True))
 
 
-def origin_of(error: dict) -> str | None:
-    """The stage a student exception belongs to: a 'stage:' prefix in a stub's message, else the file."""
+def origin_of(error: dict, stage: str) -> str | None:
+    """The stage a student exception belongs to: a 'stage:' prefix in a stub's message, else the file's
+    stage (the stage being graded, for a file it shares with others, such as module.py)."""
     if error.get("type") == NIE:
         m = _STAGE_PREFIX.match(error.get("message") or "")
         if m and m.group(1) in STAGE:
             return m.group(1)
+    if error.get("file") in STAGE[stage].files:
+        return stage
     return stage_of_file(error.get("file"))
+
+
+def reached_stages(submission: Path, called: tuple[str, ...]) -> set[str]:
+    """The stages whose code the called functions can run: followed through the student's own source
+    (which functions each one uses, and what it imports), so a stage is blamed only if it was reached."""
+    files: set[str] = set()
+    for name in called:
+        f = FUNCTIONS.get(name)
+        if f is None:
+            continue
+        module, func = f.target.split(":")
+        if module in ("driver", "npdriver"):
+            for read in f.reads:
+                files |= reached_files(submission, read, None)
+        else:
+            files |= reached_files(submission, f"{module}.py", func)
+    return {s.name for s in STAGES if files & set(s.files)}
 
 
 def explain(mistake_id: str) -> str:
@@ -112,6 +134,12 @@ def describe_error(error: dict, submission: Path) -> str:
     where = f" at {submission / error['file']}:{error['line']}" if error.get("file") else ""
     if error["type"] == NIE:
         return f"not implemented yet{where} ({error['message']})"
+    if error["type"] == "ContractError":
+        return f"does not follow the contract: {error['message']}"
+    if error.get("in_grader"):
+        return (f"the grader could not use your objects: {error['type']}: {error['message']} (raised in the "
+                "grader's own code while using them, not on a line of yours; check the names and types the "
+                "docstring asks for)")
     return f"raised {error['type']}: {error['message']}{where}"
 
 
@@ -121,6 +149,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f in STAGE[stage].files if not (submission / f).is_file()]
     aborted = None
     for c in (c for c in CHECKS if c.stage == stage and (c.visibility == "public" or not public_only)):
+        api.called = []
         if missing:
             results.append(CheckResult(c, False, f"{', '.join(missing)} missing from the submission", not_run=True))
             continue
@@ -133,10 +162,10 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(CheckResult(c, True, note=note if isinstance(note, str) else ""))
         except Fail as f:
             results.append(CheckResult(c, False, explain(f.diagnosis) + str(f) if f.diagnosis else str(f),
-                                       diagnosis=f.diagnosis, arrays=f.arrays))
+                                       diagnosis=f.diagnosis, arrays=f.arrays, called=tuple(api.called)))
         except StudentError as e:
             results.append(CheckResult(c, False, describe_error(e.info, submission), error=e.info,
-                                       origin=origin_of(e.info)))
+                                       origin=origin_of(e.info, stage), called=tuple(api.called)))
         except StudentAborted as e:
             aborted = f"an earlier check of this stage did not finish ({e})"
             results.append(CheckResult(c, False, f"your code did not finish: {e}"))
@@ -147,15 +176,18 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     return results
 
 
-def _root(stage: str, stages: dict[str, StageResult]) -> str:
+def _root(stage: str, stages: dict[str, StageResult], reached: set[str] | None = None) -> str:
+    """Follow 'blocked by' back to the stage that fails on its own, as far as the failing code reaches."""
     seen = set()
     while stages[stage].status == "blocked" and stages[stage].blocked_by and stage not in seen:
+        if reached is not None and stages[stage].blocked_by not in reached:
+            break
         seen.add(stage)
         stage = stages[stage].blocked_by
     return stage
 
 
-def decide_status(sr: StageResult, done: dict[str, StageResult]) -> None:
+def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Path) -> None:
     fails = [r for r in sr.checks if not r.passed]
     if not fails:
         sr.status = "passed"
@@ -172,11 +204,14 @@ def decide_status(sr: StageResult, done: dict[str, StageResult]) -> None:
     named = {CATALOGUE[r.diagnosis].stage for r in fails if r.diagnosis}
     if not others and named and sr.stage not in named:  # the evidence names an earlier stage's mistake
         others = [s for s in named if s in unfinished]
+    reached = None
     if not others and not named and all(r.error is None and not r.not_run for r in fails):
-        others = [d for d in STAGE[sr.stage].calls if d in unfinished]  # wrong numbers, and a stage it uses is wrong
+        # wrong numbers, and a stage it uses is wrong: blocked by it only if every failing check ran its code
+        reached = set.intersection(*(reached_stages(submission, r.called) for r in fails))
+        others = [d for d in STAGE[sr.stage].calls if d in unfinished and d in reached]
     if others:
         sr.status = "blocked"
-        sr.blocked_by = _root(others[0], done)
+        sr.blocked_by = _root(others[0], done, reached)
         return
     sr.status = "failed"
 
@@ -250,6 +285,6 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     done: dict[str, StageResult] = {}
     for s in wanted:
         sr = StageResult(s.name, found[s.name])
-        decide_status(sr, done)
+        decide_status(sr, done, submission)
         done[s.name] = sr
     return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn)

@@ -19,6 +19,7 @@ class Function:
     name: str
     target: str  # "module:function" in the submission, or "driver:<name>" / "npdriver:<name>" (child/)
     reference: str | None = None  # "module:function" inside the attn_ref package
+    reads: tuple[str, ...] = ()  # for a driver: the submission files whose code it runs
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Places in the student's files: the stub a stage still holds, the line of a function's def,
 and paths shown relative to where the student runs the grader."""
+import ast
 import os
 import re
 from pathlib import Path
 
-from .stages import STAGE
+from .stages import STAGE, SUBMISSION_FILES
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 
@@ -44,3 +45,53 @@ def def_line(submission: Path, where: str) -> str:
     except OSError:
         pass
     return rel(path)
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _imported_names(tree: ast.Module, files: set[str]) -> dict[str, tuple[str, str | None]]:
+    """name -> (submission file, function or None for a module), for imports of the other stage modules."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.module and f"{node.module}.py" in files:  # from .masking import attention
+                out.update({a.asname or a.name: (f"{node.module}.py", a.name) for a in node.names})
+            elif node.level and not node.module:  # from . import masking
+                out.update({a.asname or a.name: (f"{a.name}.py", None) for a in node.names if f"{a.name}.py" in files})
+        elif isinstance(node, ast.Import):
+            out.update({a.asname or a.name: (f"{a.name}.py", None) for a in node.names if f"{a.name}.py" in files})
+    return out
+
+
+def reached_files(submission: Path, file: str, function: str | None) -> set[str]:
+    """The submission files whose code `file:function` can run (function None: the whole file), following
+    the names it uses into the same file's functions and the other stage modules it imports."""
+    files, seen, todo = set(SUBMISSION_FILES), set(), [(file, function)]
+    trees: dict[str, ast.Module | None] = {}
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        name, func = item
+        if name not in trees:
+            trees[name] = _parse(submission / name)
+        tree = trees[name]
+        if tree is None:
+            continue
+        imported = _imported_names(tree, files)
+        defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        body = tree if func is None or func not in defs else defs[func]
+        used = {n.id for n in ast.walk(body) if isinstance(n, ast.Name)}
+        used |= {n.value.id for n in ast.walk(body) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        for u in used:
+            if u in imported:
+                todo.append(imported[u])
+            elif u in defs and u != func:
+                todo.append((name, u))
+    return {name for name, _ in seen}

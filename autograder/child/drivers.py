@@ -9,8 +9,11 @@ import sys
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
+_SDPA = F.scaled_dot_product_attention
 
 
 def _mod(pkg: str, name: str):
@@ -25,13 +28,29 @@ def warmup(pkg: str) -> bool:
     return True
 
 
+class ContractError(Exception):
+    """The student's object lacks what the contract promises (a parameter, an attribute): said in words."""
+
+
 def _build(pkg: str, d_model: int, n_heads: int, fused: bool, qkv_weight=None, out_weight=None):
+    """The student's CausalSelfAttention in eval mode, with the given weights copied into its two
+    parameters. Buffers (a causal mask) and parameter-free submodules (Dropout) are left as built."""
     cls = _mod(pkg, "module").CausalSelfAttention
     m = cls(d_model, n_heads, fused=fused)
     if qkv_weight is not None:
-        dtype = torch.as_tensor(np.asarray(qkv_weight)).dtype
-        m = m.to(dtype)
-        m.load_state_dict({"qkv.weight": _t(qkv_weight), "out.weight": _t(out_weight)})
+        weights = {"qkv.weight": _t(qkv_weight), "out.weight": _t(out_weight)}
+        m = m.to(weights["qkv.weight"].dtype)
+        params = dict(m.named_parameters())
+        for name, w in weights.items():
+            if name not in params:
+                raise ContractError(f"CausalSelfAttention({d_model}, {n_heads}) has no parameter {name} (its "
+                                    f"parameters: {sorted(params) or 'none'}); the contract asks for exactly "
+                                    "qkv.weight and out.weight")
+            if tuple(params[name].shape) != tuple(w.shape):
+                raise ContractError(f"CausalSelfAttention({d_model}, {n_heads}).{name} has shape "
+                                    f"{list(params[name].shape)}, expected {list(w.shape)}")
+            with torch.no_grad():
+                params[name].copy_(w)
     return m.eval()
 
 
@@ -44,16 +63,17 @@ def module_forward(x, qkv_weight, out_weight, n_heads, fused=False, *, pkg):
 
 
 def module_shapes(d_model, n_heads, *, pkg):
+    """Parameter names and shapes (buffers, such as a causal mask, are not parameters)."""
     m = _build(pkg, d_model, n_heads, False)
-    return {k: list(v.shape) for k, v in m.state_dict().items()}
+    return {k: list(v.shape) for k, v in m.named_parameters()}
 
 
 def module_structure(d_model, n_heads, *, pkg):
-    """Submodule names and types, parameter names and shapes, biases present."""
+    """The submodules that hold parameters (name and type), and every parameter's name and shape."""
     m = _build(pkg, d_model, n_heads, False)
     return {
-        "children": {name: type(c).__name__ for name, c in m.named_children()},
-        "state": {k: list(v.shape) for k, v in m.state_dict().items()},
+        "children": {name: type(c).__name__ for name, c in m.named_children() if any(True for _ in c.parameters())},
+        "state": {k: list(v.shape) for k, v in m.named_parameters()},
     }
 
 
@@ -62,27 +82,52 @@ def kv_cache_numel(batch, n_heads, max_len, d_head, *, pkg):
     return int(c.k.numel() + c.v.numel())
 
 
-def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, dtype="float32", *, pkg):
-    """Append random chunks of the given lengths; report shapes, lengths and returned prefixes."""
-    dt = getattr(torch, dtype)
-    c = _mod(pkg, "kv_cache").KVCache(batch, n_heads, max_len, d_head, dtype=dt)
-    report = {"k_shape": list(c.k.shape), "v_shape": list(c.v.shape), "dtype": str(c.k.dtype).replace("torch.", ""),
-              "lengths": [int(c.length)], "prefix_ok": [], "error": None}
+def _shape(x) -> list | None:
+    return list(x.shape) if isinstance(x, torch.Tensor) else None
+
+
+def kv_cache_allocation(batch, n_heads, max_len, d_head, dtype="float32", *, pkg):
+    """What a new KVCache holds: the shapes and dtype of its k and v, and its length."""
+    c = _mod(pkg, "kv_cache").KVCache(batch, n_heads, max_len, d_head, dtype=getattr(torch, dtype))
+    k, v = getattr(c, "k", None), getattr(c, "v", None)
+    return {"k_shape": _shape(k), "v_shape": _shape(v), "length": int(getattr(c, "length", -1)),
+            "dtype": str(k.dtype).replace("torch.", "") if isinstance(k, torch.Tensor) else type(k).__name__}
+
+
+def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, *, pkg):
+    """Append random chunks of the given lengths through `append` alone; report the lengths and
+    whether each returned k, v is everything appended so far. After a ValueError, it tries to
+    fill the cache to max_len, to see that the failed append left the cache as it was."""
+    c = _mod(pkg, "kv_cache").KVCache(batch, n_heads, max_len, d_head)
+    report = {"lengths": [int(c.length)], "prefix_ok": [], "error": None, "after_error": None}
     g = torch.Generator().manual_seed(0)
     written_k, written_v = [], []
-    for t in chunks:
-        k_new = torch.randn(batch, n_heads, t, d_head, generator=g).to(dt)
-        v_new = torch.randn(batch, n_heads, t, d_head, generator=g).to(dt)
-        try:
-            k_all, v_all = c.append(k_new, v_new)
-        except ValueError as e:
-            report["error"] = f"ValueError: {e}"
-            break
+
+    def append(t: int) -> bool:
+        k_new = torch.randn(batch, n_heads, t, d_head, generator=g)
+        v_new = torch.randn(batch, n_heads, t, d_head, generator=g)
+        k_all, v_all = c.append(k_new, v_new)
         written_k.append(k_new)
         written_v.append(v_new)
+        return bool(torch.equal(k_all, torch.cat(written_k, -2)) and torch.equal(v_all, torch.cat(written_v, -2)))
+
+    for t in chunks:
+        try:
+            ok = append(t)
+        except ValueError as e:
+            report["error"] = f"ValueError: {e}"
+            room = max_len - sum(k.shape[-2] for k in written_k)
+            after = {"length": int(c.length), "refill": None, "prefix_ok": None}
+            if room > 0:
+                try:
+                    after["prefix_ok"] = append(room)
+                    after["refill"] = "ok"
+                except ValueError as e2:
+                    after["refill"] = f"ValueError: {e2}"
+            report["after_error"] = after
+            break
         report["lengths"].append(int(c.length))
-        report["prefix_ok"].append(bool(torch.equal(k_all, torch.cat(written_k, -2))
-                                        and torch.equal(v_all, torch.cat(written_v, -2))))
+        report["prefix_ok"].append(ok)
     return report
 
 
@@ -116,6 +161,18 @@ def _flop_counter_mode():
     return flop_counter.FlopCounterMode
 
 
+def _sdpa_cpu_formulas() -> dict:
+    """torch counts the fused SDPA kernels of CUDA but not the CPU one, which a cached module that calls
+    F.scaled_dot_product_attention runs here: count it with the same formula (2 matmuls, q k^T and p v)."""
+    from torch.utils import flop_counter
+
+    def sdpa_cpu(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    return {op: sdpa_cpu} if op is not None else {}
+
+
 def decode_step_flops(d_model, n_heads, lengths, *, pkg):
     """FLOPs (FlopCounterMode) of one decode step (one new token) after `L` cached tokens, for each L."""
     m = _build(pkg, d_model, n_heads, False)
@@ -127,50 +184,40 @@ def decode_step_flops(d_model, n_heads, lengths, *, pkg):
         cache = KVCache(1, n_heads, L + 1, d_model // n_heads)
         with torch.no_grad():
             m(torch.randn(1, L, d_model, generator=g), cache)  # prefill L tokens
-            counter = FlopCounterMode(display=False)
+            counter = FlopCounterMode(display=False, custom_mapping=_sdpa_cpu_formulas())
             with counter:
                 m(torch.randn(1, 1, d_model, generator=g), cache)
         counts.append(int(counter.get_total_flops()))
     return counts
 
 
-class _SdpaSpy:
-    """Counts calls of F.scaled_dot_product_attention and records how each was made.
+def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention's parameters, bound the way the call bound them."""
+    return query, key, attn_mask, dropout_p, is_causal
 
-    Patches torch.nn.functional and any name in the submission bound to the original.
-    """
 
-    def __init__(self, pkg: str) -> None:
-        self.pkg = pkg
+class _SdpaSpy(TorchFunctionMode):
+    """Records every F.scaled_dot_product_attention call made while it is active, however the call
+    was written (positional or keyword arguments, a name imported from torch, a CausalBias mask),
+    and hands the call on unchanged: the student's code gets exactly what it would get without it."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.calls = []
-        self.rebound = []
 
-    def __enter__(self):
-        import torch.nn.functional as F
-
-        self.F, self.orig = F, F.scaled_dot_product_attention
-        spy = self
-
-        def wrapped(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, **kwargs):
-            spy.calls.append({"attn_mask": None if attn_mask is None else list(attn_mask.shape),
-                              "dropout_p": float(dropout_p), "is_causal": bool(is_causal),
-                              "q": list(q.shape), "k": list(k.shape)})
-            return spy.orig(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, *args, **kwargs)
-
-        F.scaled_dot_product_attention = wrapped
-        for mod_name, mod in list(sys.modules.items()):
-            if mod_name.startswith(self.pkg + "."):
-                for name, value in list(vars(mod).items()):
-                    if value is self.orig:  # imported by name, perhaps under another name
-                        setattr(mod, name, wrapped)
-                        self.rebound.append((mod, name))
-        return self
-
-    def __exit__(self, *exc):
-        self.F.scaled_dot_product_attention = self.orig
-        for mod, name in self.rebound:
-            setattr(mod, name, self.orig)
-        return False
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _SDPA:
+            try:
+                q, k, mask, p, causal = _sdpa_arguments(*args, **kwargs)
+            except TypeError:
+                pass  # the call itself will say what is wrong with its arguments
+            else:
+                self.calls.append({"attn_mask": None if mask is None else list(getattr(mask, "shape", [])),
+                                   "mask_type": None if mask is None else type(mask).__name__,
+                                   "dropout_p": float(p),
+                                   "is_causal": bool(causal), "q": list(q.shape), "k": list(k.shape)})
+        return func(*args, **kwargs)
 
 
 def fused_attention(q, k, v, causal=True, *, pkg):
@@ -182,15 +229,14 @@ def fused_probe(q, k, v, causal=True, dropout_p=0.0, training=False, seed=0, *, 
     """Run the student's fused_attention under a spy: output and the recorded SDPA calls."""
     fa = _mod(pkg, "fused").fused_attention
     torch.manual_seed(seed)
-    with _SdpaSpy(pkg) as spy, torch.no_grad():
+    with _SdpaSpy() as spy, torch.no_grad():
         out = fa(_t(q), _t(k), _t(v), causal=causal, dropout_p=dropout_p, training=training)
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
 def module_fused_probe(x, qkv_weight, out_weight, n_heads, *, pkg):
     """CausalSelfAttention(fused=True) under the spy: output and SDPA calls."""
-    _mod(pkg, "module")  # import first, so the spy can rebind names the submission imported
-    with _SdpaSpy(pkg) as spy:
+    with _SdpaSpy() as spy:
         out = module_forward(x, qkv_weight, out_weight, n_heads, True, pkg=pkg)
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
@@ -219,7 +265,7 @@ def fused_peak_memory(T, d_head=32, *, pkg):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak-RSS mark to the current RSS
     base = _rss_kib()
-    with _SdpaSpy(pkg) as spy, torch.no_grad():
+    with _SdpaSpy() as spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
     peak = _hwm_kib()
     shape = list(out.shape) if hasattr(out, "shape") else None

@@ -31,34 +31,89 @@ def tiled_peak_memory(n, d=16, block=64, *, pkg):
 
 
 class _Tracked(np.ndarray):
-    """An array that records which rows of it are sliced (k[j0:j1]), to see which key blocks are read."""
+    """q or k, marked: every array derived from it (a view, a slice, a transpose, astype, a scaled copy)
+    keeps the mark, and each product of a q-derived with a k-derived array adds its number of scores
+    to the shared log. How the loop converts or slices its inputs does not matter."""
 
-    rows_read: list
-    root = False
+    label: str | None = None
+    log: list | None = None
 
     def __array_finalize__(self, obj) -> None:
-        self.rows_read = getattr(obj, "rows_read", [])
-        self.root = False  # views and results of arithmetic are not the keys themselves
+        self.label = getattr(obj, "label", None)
+        self.log = getattr(obj, "log", None)
 
-    def __getitem__(self, index):
-        if not self.root:
-            return np.asarray(self).__getitem__(index)
-        first = index[0] if isinstance(index, tuple) and index else index
-        if isinstance(first, slice):
-            start, stop, _ = first.indices(self.shape[0])
-            self.rows_read.append(max(0, stop - start))
-        elif isinstance(first, (int, np.integer)):
-            self.rows_read.append(1)
-        return np.asarray(self).__getitem__(index)
+    @staticmethod
+    def _plain(args):
+        return [a.view(np.ndarray) if isinstance(a, _Tracked) else a for a in args]
+
+    @staticmethod
+    def _labels(args) -> dict:
+        return {a.label: a for a in args if isinstance(a, _Tracked) and a.label}
+
+    def _keep(self, result, source: "_Tracked"):
+        if isinstance(result, np.ndarray) and result.size == source.size and result.dtype.kind in "fc":
+            out = result.view(_Tracked)
+            out.label, out.log = source.label, source.log
+            return out
+        return result
+
+    def _product(self, args, result):
+        labels = self._labels(args)
+        if {"q", "k"} <= set(labels) and isinstance(result, np.ndarray):
+            labels["q"].log.append(int(result.size))
+        return result
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if "out" in kwargs:
+            kwargs["out"] = tuple(self._plain(kwargs["out"]))
+        result = getattr(ufunc, method)(*self._plain(inputs), **kwargs)
+        if ufunc is np.matmul:
+            return self._product(inputs, result)
+        labels = self._labels(inputs)
+        return self._keep(result, next(iter(labels.values()))) if len(labels) == 1 else result
+
+    def __array_function__(self, func, types, args, kwargs):
+        flat = list(args) + list(kwargs.values())
+        result = func(*self._plain(args), **{k: (v.view(np.ndarray) if isinstance(v, _Tracked) else v)
+                                            for k, v in kwargs.items()})
+        if func in (np.dot, np.einsum, np.inner, np.tensordot, np.vdot):
+            return self._product(flat, result)
+        labels = self._labels(flat)
+        return self._keep(result, next(iter(labels.values()))) if len(labels) == 1 else result
+
+    def dot(self, other, out=None):
+        return self._product([self, other], np.dot(*self._plain([self, other])))
+
+
+def _keeping(orig, copy: bool):
+    """np.asarray / np.array that keep a marked array marked (converting its dtype as asked)."""
+
+    def convert(a, dtype=None, *args, **kwargs):
+        if isinstance(a, _Tracked) and not args and set(kwargs) <= {"order", "copy"}:
+            return a.astype(dtype or a.dtype, copy=copy or bool(kwargs.get("copy")))
+        return orig(a, dtype, *args, **kwargs)
+
+    return convert
 
 
 def tiled_key_rows(n, block, d=8, *, pkg):
-    """Key rows read by a causal tiled call at n = n_q = n_k, and the rows a skip-free loop would read."""
-    fn = _mod(pkg, "tiled").tiled_attention
+    """Scores computed (q.k products counted where they happen) by one causal tiled call at
+    n = n_q = n_k, and the n * n a loop over every block computes."""
+    module = _mod(pkg, "tiled")
     rng = np.random.default_rng(1)
-    q, v = rng.standard_normal((n, d)), rng.standard_normal((n, d))
-    k = rng.standard_normal((n, d)).view(_Tracked)
-    k.rows_read, k.root = [], True
-    fn(q, k, v, True, block, block)
-    n_q_blocks = -(-n // block)
-    return {"read": int(sum(k.rows_read)), "all": int(n_q_blocks * n)}
+    log: list = []
+    q, k = (rng.standard_normal((n, d)).view(_Tracked) for _ in range(2))
+    q.label, k.label, q.log, k.log = "q", "k", log, log
+    v = rng.standard_normal((n, d))
+    patches = {np.asarray: _keeping(np.asarray, False), np.array: _keeping(np.array, True)}
+    rebound = [(np, name) for name in ("asarray", "array")]
+    rebound += [(module, name) for name, value in vars(module).items() if any(value is o for o in patches)]
+    saved = [(obj, name, getattr(obj, name)) for obj, name in rebound]
+    try:
+        for obj, name, value in saved:
+            setattr(obj, name, patches[value])
+        module.tiled_attention(q, k, v, True, block, block)
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+    return {"read": int(sum(log)), "all": int(n * n)}

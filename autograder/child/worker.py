@@ -109,8 +109,11 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
                     "file": None, "line": None}})
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are student errors too
             file, lineno = where(e, sub_dir)
+            # raised by the grader's own driver while no line of the submission was running: say so
+            in_grader = file is None and req["target"].startswith(("driver:", "npdriver:"))
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
-                "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno}})
+                "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
+                "in_grader": in_grader}})
         sys.stdout.flush()
         results.write(reply)
 

@@ -12,7 +12,7 @@ def results_json(res: Results) -> dict:
     for sr in res.stages.values():
         for r in sr.checks:
             c = r.check
-            output = ("passed" + (f". {r.note}" if r.note else "")) if r.passed else r.message
+            output = ("passed" + (f". {r.note}" if r.note else "")) if r.passed else f"{c.doc}\n{r.message}"
             if sr.status == "blocked" and not r.passed:
                 output = f"blocked by {sr.blocked_by}: {output}"
             tests.append({

@@ -10,7 +10,7 @@ STAGE = Stage(
     name="dropout", number=11, points=5, files=("dropout.py",), calls=(),
     bonus=True,
     functions=(
-        Function(name="dropout_probe", target="npdriver:dropout_probe"),
+        Function(name="dropout_probe", target="npdriver:dropout_probe", reads=("dropout.py",)),
     ),
     intro="Bonus: inverted dropout on the attention weights.",
     hints=(

@@ -12,10 +12,11 @@ STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads",),
     torch=True, worked_points=1.0,
     functions=(
-        Function(name="fused_attention", target="driver:fused_attention", reference="api:fused_attention"),
-        Function(name="fused_probe", target="driver:fused_probe"),
-        Function(name="module_fused_probe", target="driver:module_fused_probe"),
-        Function(name="fused_peak_memory", target="driver:fused_peak_memory"),
+        Function(name="fused_attention", target="driver:fused_attention", reference="api:fused_attention",
+                 reads=("fused.py",)),
+        Function(name="fused_probe", target="driver:fused_probe", reads=("fused.py",)),
+        Function(name="module_fused_probe", target="driver:module_fused_probe", reads=("module.py",)),
+        Function(name="fused_peak_memory", target="driver:fused_peak_memory", reads=("fused.py",)),
     ),
     intro="One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
     hints=(

@@ -13,9 +13,11 @@ STAGE = Stage(
         Function(name="split_heads", target="heads:split_heads", reference="core:split_heads"),
         Function(name="merge_heads", target="heads:merge_heads", reference="core:merge_heads"),
         Function(name="multi_head_attention", target="heads:multi_head_attention", reference="core:multi_head_attention"),
-        Function(name="module_forward", target="driver:module_forward", reference="api:module_forward"),
-        Function(name="module_shapes", target="driver:module_shapes", reference="api:module_shapes"),
-        Function(name="module_structure", target="driver:module_structure"),
+        Function(name="module_forward", target="driver:module_forward", reference="api:module_forward",
+                 reads=("module.py",)),
+        Function(name="module_shapes", target="driver:module_shapes", reference="api:module_shapes",
+                 reads=("module.py",)),
+        Function(name="module_structure", target="driver:module_structure", reads=("module.py",)),
     ),
     intro="Several heads side by side, and the torch module. This cell also holds the KV cache and the fused "
           "call, which stages 7 and 8 grade.",
@@ -121,13 +123,14 @@ def mha_permutation_equivariance(api, ctx):
 
 @STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'")
 def module_structure(api, ctx):
-    """CausalSelfAttention has exactly the submodules qkv (C -> 3C) and out (C -> C), both Linear without bias"""
+    """CausalSelfAttention's parameters are exactly those of qkv (C -> 3C) and out (C -> C), both Linear without bias"""
     info = api.module_structure(8, 2)
     if info["children"] != {"qkv": "Linear", "out": "Linear"}:
-        raise Fail(f"submodules are {info['children']}; expected exactly qkv and out, both nn.Linear")
+        raise Fail(f"the submodules that hold parameters are {info['children']}; expected exactly qkv and out, both "
+                   "nn.Linear (buffers such as a mask, and parameter-free submodules such as Dropout, are fine)")
     want = {"qkv.weight": [24, 8], "out.weight": [8, 8]}
     if info["state"] != want:
-        raise Fail(f"state dict for d_model=8 is {info['state']}; expected {want} (bias=False)")
+        raise Fail(f"the parameters for d_model=8 are {info['state']}; expected exactly {want} (bias=False)")
 
 
 def module_weights(rng, C, dt=np.float32):

@@ -12,10 +12,12 @@ STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
     torch=True, worked_points=1.0,
     functions=(
-        Function(name="kv_cache_numel", target="driver:kv_cache_numel", reference="api:kv_cache_numel"),
-        Function(name="kv_cache_probe", target="driver:kv_cache_probe"),
-        Function(name="module_decode", target="driver:module_decode"),
-        Function(name="decode_step_flops", target="driver:decode_step_flops"),
+        Function(name="kv_cache_numel", target="driver:kv_cache_numel", reference="api:kv_cache_numel",
+                 reads=("kv_cache.py",)),
+        Function(name="kv_cache_allocation", target="driver:kv_cache_allocation", reads=("kv_cache.py",)),
+        Function(name="kv_cache_probe", target="driver:kv_cache_probe", reads=("kv_cache.py",)),
+        Function(name="module_decode", target="driver:module_decode", reads=("module.py",)),
+        Function(name="decode_step_flops", target="driver:decode_step_flops", reads=("module.py",)),
     ),
     intro="A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
     hints=(
@@ -47,14 +49,15 @@ STAGE = Stage(
 def allocates_up_front(api, ctx):
     """KVCache preallocates k and v as [B, H, max_len, D] in the requested dtype, length 0"""
     for dtype in ("float32", "float64"):
-        r = api.kv_cache_probe(2, 3, 10, 4, [], dtype)
+        r = api.kv_cache_allocation(2, 3, 10, 4, dtype)
         if r["k_shape"] != [2, 3, 10, 4] or r["v_shape"] != [2, 3, 10, 4]:
-            raise Fail(f"KVCache(2, 3, 10, 4): k is {r['k_shape']}, v is {r['v_shape']}; "
-                       "expected both [B, H, max_len, D] = [2, 3, 10, 4], allocated once")
+            raise Fail(f"KVCache(2, 3, 10, 4): k is {r['k_shape'] or 'not a tensor'}, v is "
+                       f"{r['v_shape'] or 'not a tensor'}; expected both [B, H, max_len, D] = [2, 3, 10, 4], "
+                       "allocated once")
         if r["dtype"] != dtype:
             raise Fail(f"KVCache(..., dtype=torch.{dtype}) stores {r['dtype']}")
-        if r["lengths"] != [0]:
-            raise Fail(f"a new KVCache has length {r['lengths'][0]}, expected 0")
+        if r["length"] != 0:
+            raise Fail(f"a new KVCache has length {r['length']}, expected 0")
 
 
 @STAGE.check(points=2, kind="property", visibility="public")
@@ -78,8 +81,14 @@ def append_past_max_len_raises(api, ctx):
     if r["error"] is None or not r["error"].startswith("ValueError"):
         raise Fail(f"appending 3 + 3 positions into max_len=5 gave lengths {r['lengths']} and "
                    f"{r['error'] or 'no error'}; expected ValueError on the second append")
-    if r["lengths"] != [0, 3]:
-        raise Fail(f"lengths {r['lengths']}: the failed append must leave the cache as it was (length 3)")
+    after = r["after_error"]
+    if after["length"] != 3:
+        raise Fail(f"after the failed append the length is {after['length']}: the failed append must leave the "
+                   "cache as it was (length 3)")
+    if after["refill"] != "ok" or not after["prefix_ok"]:
+        what = after["refill"] if after["refill"] != "ok" else "returned keys/values that are not the 3 + 2 appended"
+        raise Fail(f"after the failed append, appending the 2 positions that still fit gave: {what}; the failed "
+                   "append must leave the cache as it was")
 
 
 def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):

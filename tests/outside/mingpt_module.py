@@ -17,7 +17,7 @@ class CausalSelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=False)
         self.attn_dropout = nn.Dropout(0.0)
         self.resid_dropout = nn.Dropout(0.0)
-        block_size = 128
+        block_size = 1024  # GPT-2 small's context
         self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
         self.n_head = n_heads
         self.n_embd = d_model

@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from .fused import fused_attention
 from .kv_cache import KVCache
 
-BLOCK_SIZE = 64
+BLOCK_SIZE = 1024  # GPT-2's context, nanoGPT's default block_size
 
 
 class CausalSelfAttention(nn.Module):
