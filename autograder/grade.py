@@ -15,6 +15,7 @@ import numpy as np
 from .api import Context, ReferenceAPI, StudentAPI
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
+from .safe_files import problem
 from .sandbox import Worker
 from .sources import reached_files
 from .stages import CATALOGUE, CHECKS, FUNCTIONS, STAGE, STAGES, stage_of_file
@@ -146,12 +147,17 @@ def describe_error(error: dict, submission: Path) -> str:
 def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
               public_only: bool = False) -> list[CheckResult]:
     results: list[CheckResult] = []
-    missing = [f for f in STAGE[stage].files if not (submission / f).is_file()]
+    problems = {f: problem(submission / f) for f in STAGE[stage].files}
+    missing = [f for f, p in problems.items() if p == "missing"]
+    unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     aborted = None
     for c in (c for c in CHECKS if c.stage == stage and (c.visibility == "public" or not public_only)):
         api.called = []
         if missing:
             results.append(CheckResult(c, False, f"{', '.join(missing)} missing from the submission", not_run=True))
+            continue
+        if unusable:
+            results.append(CheckResult(c, False, "; ".join(unusable), not_run=True))
             continue
         if aborted:
             results.append(CheckResult(c, False, f"not run: {aborted}", not_run=True))

@@ -26,6 +26,7 @@ from .launchers import (
     sandbox_uid,
 )
 from .outcomes import StudentCrash, StudentError, StudentTimeout
+from .safe_files import UnusableFile, read_bytes
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
@@ -60,8 +61,11 @@ class Worker:
         worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
-        for f in self.submission.glob("*.py"):
-            shutil.copy2(f, pkg_dir / f.name)
+        for f in self.submission.glob("*.py"):  # regular files only: never a link to the grader's own files
+            try:
+                (pkg_dir / f.name).write_bytes(read_bytes(f))
+            except UnusableFile:
+                continue  # the stage that needs it says why (grade.run_stage)
         self._log = open(self.scratch / "output.txt", "wb")
         self.token = secrets.token_hex(8)
         self.uid = sandbox_uid()

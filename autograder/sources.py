@@ -5,6 +5,7 @@ import os
 import re
 from pathlib import Path
 
+from .safe_files import read_text
 from .stages import STAGE, SUBMISSION_FILES
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
@@ -14,11 +15,10 @@ def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
     """file:line of the first stub that belongs to `stage` (a `raise NotImplementedError("stage: ...")`)."""
     for name in STAGE[stage].files:
         path = submission / name
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
+        text = read_text(path)
+        if text is None:
             continue
-        for i, line in enumerate(lines, 1):
+        for i, line in enumerate(text.splitlines(), 1):
             m = _STUB.search(line)
             if m and m.group(1) == stage:
                 return path, i
@@ -38,19 +38,16 @@ def def_line(submission: Path, where: str) -> str:
     """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def), or the file alone."""
     name, func = where.split(":")
     path = submission / name
-    try:
-        for i, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(rf"\s*def {func}\(", line):
-                return f"{rel(path)}:{i}"
-    except OSError:
-        pass
+    for i, line in enumerate((read_text(path) or "").splitlines(), 1):
+        if re.match(rf"\s*def {func}\(", line):
+            return f"{rel(path)}:{i}"
     return rel(path)
 
 
 def _parse(path: Path) -> ast.Module | None:
     try:
-        return ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
+        return ast.parse(read_text(path) or "")
+    except (SyntaxError, ValueError):
         return None
 
 

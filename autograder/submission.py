@@ -1,12 +1,13 @@
 """Finding the stage modules in what a student hands in, and packing `make submit`'s zip."""
 import hashlib
 import json
-import shutil
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
 
 from . import KIT_VERSION
+from .safe_files import MAX_FILE_BYTES, UnusableFile, problem, read_bytes
 from .stages import SUBMISSION_FILES as STAGE_FILES
 
 MAX_UNZIPPED = 5 * 2**20
@@ -30,19 +31,25 @@ def locate(path: Path) -> Path:
 
 
 def unzip(path: Path) -> Path:
-    """Extract only the stage modules (flattened), refusing oversized or odd members."""
+    """Extract only the stage modules (flattened) as regular files, refusing oversized or odd members:
+    a symbolic link, a folder or a member over the size limit is left out (its stage then says it is missing)."""
     out = Path(tempfile.mkdtemp(prefix="attn-sub-"))
     with zipfile.ZipFile(path) as z:
         total = 0
         for info in z.infolist():
             name = Path(info.filename).name
-            if name not in STAGE_FILES and name != "manifest.json":
+            mode = info.external_attr >> 16
+            if name not in STAGE_FILES and name != "manifest.json" or info.is_dir() or stat.S_ISLNK(mode):
+                continue
+            if info.file_size > MAX_FILE_BYTES:
                 continue
             total += info.file_size
             if total > MAX_UNZIPPED:
                 raise ValueError(f"{path}: too large once unzipped")
-            with z.open(info) as src, open(out / name, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with z.open(info) as src:
+                data = src.read(MAX_FILE_BYTES + 1)  # the declared size may lie
+            if len(data) <= MAX_FILE_BYTES:
+                (out / name).write_bytes(data)
     return out
 
 
@@ -53,10 +60,15 @@ def make_zip(src: Path, dest: Path) -> list[str]:
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
         for name in STAGE_FILES:
             path = src / name
-            if not path.is_file():
-                problems.append(f"{name}: missing")
+            why = problem(path)
+            if why:
+                problems.append(f"{name}: {why}" + (", not packed" if why != "missing" else ""))
                 continue
-            data = path.read_bytes()
+            try:
+                data = read_bytes(path)
+            except UnusableFile as e:
+                problems.append(f"{e}, not packed")
+                continue
             try:
                 compile(data, name, "exec")
             except SyntaxError as e:

@@ -229,7 +229,8 @@ def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
     (root / "run_autograder").chmod(0o755)
     sub = root / "submission"
     if Path(submission).is_dir():
-        shutil.copytree(submission, sub, ignore=shutil.ignore_patterns("__pycache__"))
+        # links stay links, as in a Gradescope upload from GitHub or Bitbucket
+        shutil.copytree(submission, sub, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     else:
         sub.mkdir()
         shutil.copy2(submission, sub / Path(submission).name)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..grade import grade
 from ..report.gradescope_json import results_json
+from ..safe_files import UnusableFile, read_bytes
 from ..submission import STAGE_FILES, locate
 
 
@@ -19,7 +20,11 @@ def derive_seed(secret: str, submission: Path) -> int:
     h = hashlib.sha256(secret.encode())
     for name in STAGE_FILES:
         path = submission / name
-        h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
+        try:
+            data = read_bytes(path)
+        except UnusableFile as e:
+            data = f"<{e}>".encode()
+        h.update(name.encode() + b"\0" + data + b"\0")
     return int.from_bytes(h.digest()[:4], "big") & 0x7FFFFFFF
 
 

@@ -7,6 +7,7 @@ from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
 from ..registry import Function, Mistake, Stage
+from ..safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
@@ -132,8 +133,8 @@ def no_library_softmax(api, ctx):
     check_close(api.softmax(s), ctx.ref.softmax(s), "softmax([0, 1, 2])")
     path = ctx.submission / "softmax.py"
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError) as e:
+        tree = ast.parse(read_bytes(path))
+    except (UnusableFile, SyntaxError) as e:
         raise Fail(f"could not read softmax.py: {e}") from None
     for node in ast.walk(tree):
         names = []

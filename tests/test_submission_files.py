@@ -1,0 +1,98 @@
+"""A submission's files are read as regular files only, wherever the kit reads one: the sandbox copy,
+the zip reader, `make submit`, regrade and the Gradescope run. A link, a device or a FIFO costs only
+the stage that needed the file, with a message naming it."""
+import csv
+import json
+import os
+import shutil
+import stat
+import sys
+import zipfile
+
+import pytest
+from conftest import ROOT, SOLUTIONS, grade, variant
+
+from autograder.instructor.build import autograder_zip, gradescope_local
+from autograder.instructor.regrade import regrade
+from autograder.submission import make_zip, unzip
+
+NUMPY = ["softmax", "dot_products", "projections", "scaling", "masking"]
+
+
+def messages(res, stage: str) -> str:
+    return "\n".join(r.message for r in res.stages[stage].checks if not r.passed)
+
+
+@pytest.fixture(scope="module")
+def zip_path(tmp_path_factory):
+    return autograder_zip(tmp_path_factory.mktemp("zip") / "autograder.zip", "secret")
+
+
+def test_symlink_to_the_reference_earns_nothing_through_the_zip(zip_path, tmp_path):
+    """Gradescope keeps the links of a GitHub upload: softmax.py pointing at the grader's reference must
+    not be copied in as the student's softmax (the reference defines `softmax`, and would pass)."""
+    sub = variant(tmp_path / "a", {})
+    (sub / "softmax.py").unlink()
+    (sub / "softmax.py").symlink_to("../source/attn_ref/core.py")
+    out = gradescope_local(sub, zip_path, tmp_path / "gs", python=sys.executable)
+    data = json.loads(out.read_text())
+    stages = data["extra_data"]["stages"]
+    assert stages["softmax"]["score"] == 0
+    assert stages["projections"]["score"] == 8 and stages["kv_cache"]["score"] == 16  # they never call softmax
+    outputs = [t["output"] for t in data["tests"] if t["extra_data"]["stage"] == "softmax"]
+    assert all("softmax.py is a symbolic link" in o for o in outputs), outputs[:2]
+
+
+def test_dangling_symlink_costs_only_its_stage(tmp_path):
+    sub = variant(tmp_path, {})
+    (sub / "scores.py").unlink()
+    (sub / "scores.py").symlink_to("/nonexistent/scores.py")
+    res = grade(sub, stages=NUMPY)
+    assert res.stages["dot_products"].score == 0
+    assert "scores.py is a symbolic link (to /nonexistent/scores.py)" in messages(res, "dot_products")
+    assert all(res.stages[s].status == "passed" for s in NUMPY if s != "dot_products"), \
+        {s: messages(res, s)[:200] for s in NUMPY}
+
+
+def test_fifo_does_not_hang_the_grader(tmp_path):
+    sub = variant(tmp_path, {})
+    (sub / "projections.py").unlink()
+    os.mkfifo(sub / "projections.py")
+    res = grade(sub, stages=NUMPY)
+    assert res.stages["projections"].score == 0
+    assert "projections.py is not a regular file" in messages(res, "projections")
+    assert res.stages["softmax"].status == "passed" and res.stages["masking"].status == "passed"
+
+
+def test_zip_members_that_are_links_are_left_out(tmp_path):
+    z = tmp_path / "sub.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        link = zipfile.ZipInfo("softmax.py")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        f.writestr(link, "/autograder/source/attn_ref/core.py")
+        f.writestr("scores.py", (SOLUTIONS / "scores.py").read_text())
+    out = unzip(z)
+    assert sorted(p.name for p in out.iterdir()) == ["scores.py"]
+
+
+def test_make_submit_does_not_pack_a_link(tmp_path):
+    src = tmp_path / "exercises"
+    shutil.copytree(SOLUTIONS, src)
+    (src / "softmax.py").unlink()
+    (src / "softmax.py").symlink_to(ROOT / "attn_ref" / "core.py")
+    problems = make_zip(src, tmp_path / "submission.zip")
+    assert any(p.startswith("softmax.py: is a symbolic link") and p.endswith("not packed") for p in problems)
+    assert "softmax.py" not in zipfile.ZipFile(tmp_path / "submission.zip").namelist()
+
+
+def test_regrade_reads_a_linked_file_as_missing_work(tmp_path):
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    shutil.copytree(SOLUTIONS, batch / "mallory")
+    (batch / "mallory" / "softmax.py").unlink()
+    (batch / "mallory" / "softmax.py").symlink_to(ROOT / "attn_ref" / "core.py")
+    out = regrade(batch, jobs=2, quiet=True)
+    rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
+    assert float(rows["alice"]["total"]) == 100
+    assert float(rows["mallory"]["softmax"]) == 0 and float(rows["mallory"]["kv_cache"]) == 16
