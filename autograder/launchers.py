@@ -45,12 +45,14 @@ def copy_child_files(dest: Path) -> Path:
 
 
 def _others_can_use(path: Path) -> bool:
-    """Every folder above `path` is searchable by other users, and `path` itself readable."""
-    path = path.resolve()
+    """Every folder above `path` is searchable by other users, and `path` itself readable: both along
+    the path as given (how a child reaches it: a venv may sit in a private folder and link out of it)
+    and along the path it resolves to."""
     try:
-        if not path.stat().st_mode & stat.S_IROTH:
-            return False
-        return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+        for p in {Path(os.path.abspath(path)), Path(path).resolve()}:
+            if not p.stat().st_mode & stat.S_IROTH or not all(d.stat().st_mode & stat.S_IXOTH for d in p.parents):
+                return False
+        return True
     except OSError:
         return False
 

@@ -159,6 +159,7 @@ def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
     import subprocess
     import sys
 
+    out = Path(out).resolve()  # otter assign runs in `out`: relative paths would point inside it twice
     out.mkdir(parents=True, exist_ok=True)
     master = out / "attention.ipynb"
     master.write_text(json.dumps(otter_master(), indent=1))

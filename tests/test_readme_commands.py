@@ -1,0 +1,122 @@
+"""Every command in the README's tables (and the student README's), run as written from a copy of the
+repo: the copy has this checkout's tracked and new files and shares its .venv (set up by `make test`)."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SOLUTIONS
+
+TABLE_ROW = re.compile(r"^\| `([^`]+)` \|", re.M)
+SH_BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
+# placeholders filled in; everything else runs exactly as the README writes it
+AS_RUN = {
+    "make hint [STAGE=...]": "make hint",
+    "make autograder [SECRET=...]": "make autograder SECRET=readme-test",
+    "make gradescope-local SUBMISSION=PATH": "make gradescope-local SUBMISSION=solutions",
+    "make regrade DIR=folder [SECRET=...]": "make regrade DIR=batch",
+    "python -m autograder grade --submission PATH": "python -m autograder grade --submission solutions",
+    "make bench [QUICK=1]": "make bench QUICK=1",
+}
+NOT_HERE = {"make test": "it is what runs this test"}
+EXPECT = {  # what a run must leave or print, beyond exiting 0
+    "make grade": "Next step:",
+    "make grade STAGE=masking": "masking",
+    "make worked": "A-softmax-weights",
+    "make hint": "Hint 1/",
+    "make release": Path("dist/student/Makefile"),
+    "make autograder SECRET=readme-test": Path("dist/autograder.zip"),
+    "make gradescope-local SUBMISSION=solutions": Path("dist/gradescope-local/results/results.json"),
+    "make regrade DIR=batch": Path("batch-results/summary.csv"),
+    "make nbgrader": Path("dist/nbgrader/source/attention/attention.ipynb"),
+    "make otter": Path("dist/otter/result/student/attention.ipynb"),
+    "make bench QUICK=1": "regrade of 12 submissions",
+    "make submit": Path("submission.zip"),
+    "make report": Path("report.html"),
+    "make grade JSON=results.json": Path("results.json"),
+}
+
+
+def commands(readme: str) -> list[str]:
+    found = TABLE_ROW.findall(readme)
+    for block in SH_BLOCK.findall(readme):
+        found += [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
+    return list(dict.fromkeys(found))
+
+
+def copy_repo(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def env() -> dict:
+    return {**os.environ, "NO_COLOR": "1", "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
+
+
+def run(cmd: str, cwd: Path) -> str:
+    if cmd == "make watch":  # runs until stopped: its first screen is the proof
+        p = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        out, deadline = b"", time.monotonic() + 120
+        os.set_blocking(p.stdout.fileno(), False)
+        while b"core stages pass" not in out and time.monotonic() < deadline and p.poll() is None:
+            out += p.stdout.read() or b""
+            time.sleep(0.2)
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=30)
+        assert b"core stages pass" in out, out.decode()[-2000:]
+        return out.decode()
+    p = subprocess.run(cmd, shell=True, cwd=cwd, env=env(), capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, f"{cmd}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p.stdout + p.stderr
+
+
+def check(cmd: str, out: str, cwd: Path) -> None:
+    want = EXPECT.get(cmd)
+    if isinstance(want, Path):
+        assert (cwd / want).exists(), (cmd, want)
+    elif want:
+        assert want in out, (cmd, out[-2000:])
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    if not (ROOT / ".venv" / ".instructor").exists():
+        pytest.skip("needs the .venv that `make test` sets up")
+    dest = copy_repo(tmp_path_factory.mktemp("readme") / "repo")
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    for name in ("alice", "bob"):
+        shutil.copytree(SOLUTIONS, dest / "batch" / name)
+    return dest
+
+
+def test_every_readme_command_runs_as_written(repo):
+    cmds = commands((ROOT / "README.md").read_text())
+    assert {"make grade", "make otter", "make regrade DIR=folder [SECRET=...]", "make gpu-check"} <= set(cmds)
+    for written in cmds:
+        if written in NOT_HERE:
+            continue
+        cmd = AS_RUN.get(written, written)
+        assert "[" not in cmd and "PATH" not in cmd.split("=")[-1], f"fill in the placeholder of {written!r}"
+        check(cmd, run(cmd, repo), repo)
+
+
+def test_every_student_readme_command_runs_in_the_release(repo):
+    student = repo / "dist" / "student"
+    if not student.exists():
+        run("make release", repo)
+    (student / ".venv").symlink_to(ROOT / ".venv")
+    cmds = commands((student / "README.md").read_text())
+    assert {"make grade", "make hint", "make submit", "make watch", "make report"} <= set(cmds)
+    for written in cmds:
+        cmd = AS_RUN.get(written, written)
+        check(cmd, run(cmd, student), student)
