@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .compare import check_printed, check_within
-from .registry import Check
+from .registry import WORKED_RULE, Check
 
 A, B = "A", "B"
 
@@ -252,5 +252,5 @@ def as_check(w: Worked, points: float) -> Check:
 
     fn.__name__ = "worked_" + w.id.replace("-", "_").lower()
     return Check(w.stage, fn.__name__, points, "worked", "public", fn, doc=f"Article {w.article}, {w.section}: {w.quantity}",
-                 cite=f"Article {w.article}, '{w.section}'", worked_id=w.id)
+                 cite=f"Article {w.article}, '{w.section}'", worked_id=w.id, rule=WORKED_RULE)
 assert len(BY_ID) == len(WORKED), "worked ids must be unique"

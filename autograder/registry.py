@@ -9,6 +9,11 @@ from typing import Callable
 
 KINDS = ("worked", "reference", "property")
 VISIBILITIES = ("public", "hidden")
+# The kit-wide rules, written in the student README (autograder/instructor/build.py) word for word. A check
+# names the sentence it enforces: these two for worked and reference checks unless it names its own.
+WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
+REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
+                  "random inputs of every shape its docstring allows")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Check:
     doc: str = ""
     cite: str = ""
     worked_id: str | None = None
+    rule: str = ""  # the sentence of the contract it enforces, as the student reads it (stub docstring or README)
 
     @property
     def id(self) -> str:
@@ -68,14 +74,17 @@ class Stage:
     worked_points: float = 0.0  # points of each article number checked in this stage (article_numbers.py)
     checks: list[Check] = field(default_factory=list, compare=False, hash=False, repr=False)
 
-    def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = ""):
+    def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = "", rule: str = ""):
         """Register `fn(api, ctx)` as a check of this stage: it raises outcomes.Fail (or lets a
-        student error through) to fail, and may return a note to show when it passes."""
+        student error through) to fail, and may return a note to show when it passes. `rule` is the
+        sentence of the stage's docstrings (or the student README) that the check enforces."""
         assert kind in KINDS and visibility in VISIBILITIES, (kind, visibility)
+        rule = rule or {"reference": REFERENCE_RULE, "worked": WORKED_RULE}.get(kind, "")
+        assert rule, "a property check names the sentence it enforces (rule=...)"
 
         def deco(fn: Callable) -> Callable:
             doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
-            self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite))
+            self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite, rule=rule))
             return fn
 
         return deco

@@ -9,7 +9,7 @@ import torch
 class KVCache:
     """Keys and values of the tokens seen so far, for one attention layer.
 
-    `k` and `v` are allocated once, [B, H, max_len, D]; `length` counts the filled positions.
+    `k` and `v` are allocated once, [B, H, max_len, D], in `dtype`; `length` counts the filled positions.
     """
 
     def __init__(
@@ -26,6 +26,6 @@ class KVCache:
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].
 
-        Raises ValueError if the t new positions do not fit in max_len.
+        Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.
         """
         raise NotImplementedError("kv_cache: write this part of KVCache.append")

@@ -35,5 +35,7 @@ def attention(
     q [..., n_q, d_k], k [..., n_k, d_k], v [..., n_k, d_v], allowed bool [n_q, n_k] or
     broadcastable to [..., n_q, n_k] (True = may attend; None = everything allowed).
     Returns (out [..., n_q, d_v], weights [..., n_q, n_k]).
+    A forbidden key gets weight exactly 0, each query's weights sum to 1, and with a causal mask
+    changing later tokens never changes earlier outputs.
     """
     raise NotImplementedError("masking: write this part of attention")

@@ -14,8 +14,10 @@ from .kv_cache import KVCache
 class CausalSelfAttention(nn.Module):
     """x [B, T, C] -> [B, T, C] with C = d_model, n_heads heads of d_head = C // n_heads.
 
-    Exactly two submodules: `qkv` (C -> 3C, output rows q then k then v) and `out` (C -> C),
-    both without bias. fused=True computes the attention with `fused_attention`.
+    Its parameters are exactly those of two submodules: `qkv` = nn.Linear(C, 3C, bias=False), whose
+    output rows are q, then k, then v, and `out` = nn.Linear(C, C, bias=False). Buffers (a causal
+    mask, say) and submodules without parameters (Dropout) are fine. fused=True computes the
+    attention with `fused_attention`. The checks run at most 1,024 positions through it.
     """
 
     def __init__(self, d_model: int, n_heads: int, fused: bool = False) -> None:
@@ -23,8 +25,13 @@ class CausalSelfAttention(nn.Module):
         raise NotImplementedError("heads: write this part of CausalSelfAttention.__init__")
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """x [B, T, C] -> [B, T, C]. With a cache, x holds the next T tokens after the cache's
-        `length`: their keys/values are appended first, then the T queries attend to all cached ones."""
+        """x [B, T, C] -> [B, T, C]; changing later tokens never changes earlier outputs.
+
+        With a cache, x holds the next T tokens after the cache's `length`: their keys/values are
+        appended first, then the T queries attend to all cached ones. Fed in pieces, token by token
+        or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
+        with the cache length (only the new rows of scores are computed).
+        """
         raise NotImplementedError("heads: write this part of CausalSelfAttention.forward")
         if cache is not None:
             raise NotImplementedError("kv_cache: write this part of CausalSelfAttention.forward")

@@ -14,5 +14,8 @@ def dot_scores(x: np.ndarray) -> np.ndarray:
 
 
 def simple_self_attention(x: np.ndarray) -> np.ndarray:
-    """softmax(x x^T) x: each row becomes a weighted average of all rows. x [n, d] -> [n, d]."""
+    """softmax(x x^T) x: each row becomes a weighted average of all rows. x [n, d] -> [n, d].
+
+    Permuting the rows of x permutes the rows of the output the same way.
+    """
     raise NotImplementedError("dot_products: write this part of simple_self_attention")

@@ -13,7 +13,10 @@ def score_count(n_tokens: int, n_heads: int = 1) -> int:
 
 
 def kv_cache_floats(n_tokens: int, n_layers: int, n_kv_heads: int, d_head: int, batch: int = 1) -> int:
-    """Numbers a KV cache holds: keys and values for every token, key/value head and layer."""
+    """Numbers a KV cache holds: keys and values for every token, key/value head and layer.
+
+    It equals the number of elements your KVCache's k and v hold together.
+    """
     # BEGIN SOLUTION
     return 2 * batch * n_layers * n_tokens * n_kv_heads * d_head
     # END SOLUTION

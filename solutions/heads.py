@@ -41,6 +41,7 @@ def multi_head_attention(
     x [..., n, d_model]; w_q, w_k, w_v, w_o [d_model, d_model]; head h owns columns
     h*d_head:(h+1)*d_head of w_q, w_k and w_v, with d_head = d_model // n_heads.
     causal=True lets token i attend to tokens j <= i. Returns [..., n, d_model].
+    With causal=False, permuting the tokens permutes the outputs the same way.
     """
     # BEGIN SOLUTION
     n = x.shape[-2]

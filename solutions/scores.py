@@ -15,7 +15,10 @@ def dot_scores(x: np.ndarray) -> np.ndarray:
 
 
 def simple_self_attention(x: np.ndarray) -> np.ndarray:
-    """softmax(x x^T) x: each row becomes a weighted average of all rows. x [n, d] -> [n, d]."""
+    """softmax(x x^T) x: each row becomes a weighted average of all rows. x [n, d] -> [n, d].
+
+    Permuting the rows of x permutes the rows of the output the same way.
+    """
     # BEGIN SOLUTION
     weights = softmax(dot_scores(x), axis=-1)  # [n, n], each row sums to 1
     return weights @ x  # [n, n] @ [n, d] -> [n, d]

@@ -16,7 +16,9 @@ def tiled_attention(
     """softmax(q k^T / sqrt(d_k)) v without the [n_q, n_k] matrix.
 
     q [n_q, d_k], k [n_k, d_k], v [n_k, d_v] -> [n_q, d_v]. Extra memory grows with the block
-    sizes and n * d, not n_q * n_k. Key blocks that the causal mask hides entirely are skipped.
+    sizes and n * d, not n_q * n_k. Key blocks that the causal mask hides entirely are skipped
+    (the grader counts the products of q and k blocks your loop computes, with @, np.dot or einsum).
+    Raises ValueError if a query row has no allowed key (causal with n_q > n_k).
     """
     # BEGIN SOLUTION
     n_q, d_k = q.shape

@@ -18,6 +18,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from ..registry import REFERENCE_RULE, WORKED_RULE
+from ..stages import STAGES
+
 ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "autograder"
 DIST = ROOT / "dist"
@@ -88,6 +91,8 @@ help:
 \t@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 \t@echo "make submit                  write submission.zip to upload"
 \t@echo "make worked                  list the articles' numbers that are checked"
+\t@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
+\t@echo "make report                  write report.html: failing cells, heatmaps of your weights"
 
 $(VENV)/.student: requirements-student.txt
 \t@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -114,7 +119,12 @@ report: $(VENV)/.student
 \t@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html
 """
 
-STUDENT_README = """\
+def student_readme() -> str:
+    """The student repo's README: the commands, the stages and their files, and every kit-wide rule
+    the grader enforces (the rules a check names are written here word for word)."""
+    rows = "\n".join(f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | "
+                     f"{', '.join(f'`{f}`' for f in s.files)} | {s.points} |" for s in STAGES)
+    return f"""\
 # Attention, stage by stage
 
 You will build transformer attention one stage at a time, from softmax to a KV cache and the fused
@@ -128,15 +138,39 @@ make hint                   # a nudge for the stage you are on (run again for a 
 make submit                 # writes submission.zip: upload it
 make watch                  # re-grade every time you save
 make report                 # report.html: failing cells marked, heatmaps of your attention weights
+make worked                 # every number from the articles that the grader checks
 ```
 
-Work in `exercises/`, stage by stage (softmax.py, scores.py, projections.py, scaling.py, masking.py,
-heads.py and module.py, kv_cache.py, fused.py). Each stub raises `NotImplementedError`; the
-docstrings give the shapes and the mask convention (boolean, True = may attend).
+Work in `exercises/`. Each stub raises `NotImplementedError`; its docstring is the contract: the
+shapes, the mask convention (boolean, **True = may attend**), the errors to raise and the limits. A
+stage may be written in more than one file (`module.py` holds the torch parts of stages 6 to 8):
 
-This repo runs the public checks: the numbers printed in the two articles, and properties any
-correct attention has. More checks, on inputs you have not seen, run on the autograder when you
-submit; a solution that is right in general passes them too.
+| # | stage | files | points |
+|---|---|---|---|
+{rows}
+
+The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded apart.
+
+## How you are graded
+
+- {WORKED_RULE} (`make worked` lists them, with article and section).
+- {REFERENCE_RULE}. float32 inputs are fine; compute in any float dtype.
+- Properties any correct attention has: weights that sum to 1, masked weights exactly 0, the future
+  never changing the past, decoding with a cache equal to the full forward.
+- Costs, measured next to your code: the FLOPs of one KV-cache decode step (they must grow
+  linearly with the cache), the peak memory of the fused call at T = 8192 and of the tiled bonus
+  stage (no T x T matrix). The docstrings say which.
+- Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
+  case happen and expects exactly that.
+- Each call of your code has 10 seconds; code that hangs, crashes or exits loses that stage's
+  remaining checks, and every other stage is still graded.
+- A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
+
+This repo runs the public checks. The autograder runs them too, and more checks of the same kinds on
+inputs you have not seen: a solution that is right in general passes them.
+
+For a GPU: install the CUDA build of the same torch version into `.venv` (pytorch.org's install
+selector); every command stays the same, and the fused stage then runs on the GPU kernels.
 
 Article A is "Attention from First Principles: One Complete Calculation"; Article B is
 "Transformer attention from first principles" (krishparekhdev.com/blog/attention).
@@ -163,7 +197,7 @@ def release(out: Path = DIST / "student") -> Path:
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
     (out / "Makefile").write_text(STUDENT_MAKEFILE)
-    (out / "README.md").write_text(STUDENT_README)
+    (out / "README.md").write_text(student_readme())
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")
     return out
 

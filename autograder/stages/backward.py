@@ -56,7 +56,8 @@ def backward_reference(api, ctx):
         _grads(api, ctx, q, k, v, g, causal, f"q {shape_str(q)}, k {shape_str(k)}, causal={causal}")
 
 
-@STAGE.check(points=3, kind="property", visibility="public")
+@STAGE.check(points=3, kind="property", visibility="public",
+              rule="Gradients of sum(out * d_out) for out = attention(q, k, v).")
 def backward_finite_differences(api, ctx):
     """dq, dk, dv agree with central finite differences of the forward pass"""
     rng = ctx.rng("backward-fd")
@@ -76,7 +77,8 @@ def backward_finite_differences(api, ctx):
                     mistakes=lambda i=i, num=num: _part(ctx.mistakes.backward_variants(q, k, v, g, True), i, num))
 
 
-@STAGE.check(points=3, kind="property", visibility="public")
+@STAGE.check(points=3, kind="property", visibility="public",
+              rule="Masked entries have P = 0, so they pass no gradient.")
 def backward_masked_keys_get_no_gradient(api, ctx):
     """a key and value that no query with a gradient may see get exactly zero gradient"""
     rng = ctx.rng("backward-mask")

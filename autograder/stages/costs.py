@@ -43,7 +43,8 @@ def costs_reference(api, ctx):
             raise diagnosed(found, f"kv_cache_floats({n}, {layers}, {kvh}, {d}, {b}) = {got}; expected {want}")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
+              rule="It equals the number of elements your KVCache's k and v hold together.")
 def costs_match_your_cache(api, ctx):
     """kv_cache_floats equals what your own KVCache allocates"""
     for batch, h, max_len, d in [(1, 12, 1024, 64), (2, 4, 100, 16)]:

@@ -32,7 +32,7 @@ def dot_scores_reference(api, ctx):
         check_close(api.dot_scores(x), ctx.ref.dot_scores(x), "dot_scores(x)", inputs=shape_str(x))
 
 
-@STAGE.check(points=0.5, kind="property", visibility="public")
+@STAGE.check(points=0.5, kind="property", visibility="public", rule="entry (i, j) = x_i . x_j")
 def dot_scores_symmetric(api, ctx):
     """the Gram matrix is symmetric with squared norms on the diagonal"""
     x = randn(ctx.rng("dot-sym"), 4, 3)
@@ -53,14 +53,15 @@ def simple_attention_reference(api, ctx):
                     "simple_self_attention(x)", inputs=shape_str(x))
 
 
-@STAGE.check(points=0.5, kind="property", visibility="public")
+@STAGE.check(points=0.5, kind="property", visibility="public", rule="each row becomes a weighted average of all rows")
 def simple_single_token(api, ctx):
     """with one token, the output is that token (its only weight is 1)"""
     x = np.array([[0.3, -1.2, 2.0]])
     check_close(api.simple_self_attention(x), x, "simple_self_attention of one token", inputs="[1, 3]")
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'",
+              rule="Permuting the rows of x permutes the rows of the output the same way.")
 def permutation_equivariance(api, ctx):
     """permuting the tokens permutes the outputs the same way"""
     rng = ctx.rng("perm")

@@ -33,7 +33,8 @@ STAGE = Stage(
     ),
 )
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'",
+              rule="Returns `weights` unchanged when not training (or p == 0).")
 def dropout_identity_in_eval(api, ctx):
     """training=False returns the weights unchanged, whatever p"""
     w = np.random.default_rng(0).random((6, 7))
@@ -46,7 +47,7 @@ def dropout_identity_in_eval(api, ctx):
         raise Fail("attention_dropout(p=0, training=True) changed the weights")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public")
+@STAGE.check(points=1.5, kind="property", visibility="public", rule="Zero each weight with probability p")
 def dropout_kept_fraction(api, ctx):
     """in training, each weight survives with probability 1 - p"""
     w = np.ones((300, 300))
@@ -59,7 +60,7 @@ def dropout_kept_fraction(api, ctx):
             raise diagnosed(bad, f"with p={p} the kept fraction is {kept:.4f}; expected {1 - p:.2f} (+- {6 * sigma:.4f})")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public")
+@STAGE.check(points=1.5, kind="property", visibility="public", rule="divide the survivors by (1 - p)")
 def dropout_survivors_rescaled(api, ctx):
     """survivors are divided by 1 - p, so each weight keeps its expected value"""
     w = np.random.default_rng(2).random((200, 200))
@@ -75,7 +76,7 @@ def dropout_survivors_rescaled(api, ctx):
         raise Fail(f"the mean weight changed by x{mean_ratio:.3f} under dropout; expected about x1")
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public", rule="Draw the mask with rng.random(weights.shape).")
 def dropout_uses_the_rng(api, ctx):
     """the same generator seed gives the same mask; another seed gives another"""
     w = np.ones((20, 20))

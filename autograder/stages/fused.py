@@ -60,7 +60,8 @@ def reference(api, ctx):
                     inputs=shape_str(q))
 
 
-@STAGE.check(points=2, kind="reference", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=2, kind="reference", cite="Article B, 'What it costs as the sequence grows'",
+              rule="the queries are the last T_q positions (bottom-right alignment)")
 def bottom_right_when_lengths_differ(api, ctx):
     """with T_q < T_k the queries are the last T_q positions (bottom-right causal alignment)"""
     rng = ctx.rng("fused-br")
@@ -72,7 +73,8 @@ def bottom_right_when_lengths_differ(api, ctx):
                     mistakes={"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
 
 
-@STAGE.check(points=2, kind="property", visibility="public")
+@STAGE.check(points=2, kind="property", visibility="public",
+              rule="When T_q == T_k use is_causal (no T x T mask is built).")
 def one_sdpa_call(api, ctx):
     """makes exactly one F.scaled_dot_product_attention call, with is_causal and no mask when T_q = T_k"""
     q, k, v = _qkv(ctx.rng("fused-spy"), 1, 2, 5, 5, 4)
@@ -91,7 +93,7 @@ def one_sdpa_call(api, ctx):
                    "pass is_causal=True and no mask, so no T x T mask is built")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public")
+@STAGE.check(points=1.5, kind="property", visibility="public", rule="Dropout is applied only when `training` is True.")
 def no_dropout_in_eval(api, ctx):
     """dropout_p > 0 changes nothing when training=False"""
     q, k, v = _qkv(ctx.rng("fused-eval"), 1, 2, 6, 6, 4)
@@ -103,7 +105,7 @@ def no_dropout_in_eval(api, ctx):
     check_close(r["out"], plain, "fused_attention(dropout_p=0.5, training=False) against dropout_p=0")
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public", rule="Dropout is applied only when `training` is True.")
 def dropout_when_training(api, ctx):
     """dropout_p > 0 is applied when training=True"""
     q, k, v = _qkv(ctx.rng("fused-train"), 1, 2, 8, 8, 4)
@@ -115,7 +117,7 @@ def dropout_when_training(api, ctx):
         raise Fail(f"training with dropout_p=0.5 made the calls {r['calls']}; pass dropout_p to the fused call")
 
 
-@STAGE.check(points=2, kind="reference")
+@STAGE.check(points=2, kind="reference", rule="fused=True computes the attention with `fused_attention`.")
 def module_fused_path(api, ctx):
     """CausalSelfAttention(fused=True) matches the reference and goes through the fused call"""
     rng = ctx.rng("fused-module")
@@ -128,7 +130,8 @@ def module_fused_path(api, ctx):
         raise diagnosed("fused-not-fused", "CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
 
 
-@STAGE.check(points=2.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=2.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
+              rule="At T = 8192 one causal call must add far less memory than a T x T float32 matrix.")
 def no_quadratic_memory(api, ctx):
     """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
     T = 8192

@@ -49,7 +49,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=1.5, kind="reference")
+@STAGE.check(points=1.5, kind="reference", rule="head h = columns h*d_head:(h+1)*d_head")
 def split_heads_reference(api, ctx):
     """split_heads gives head h the columns h*d_head:(h+1)*d_head, laid out [..., n_heads, n, d_head]"""
     rng = ctx.rng("split")
@@ -59,7 +59,7 @@ def split_heads_reference(api, ctx):
                     inputs=shape_str(x), mistakes={"heads-wrong-split": ctx.mistakes.split_wrong(x, h)})
 
 
-@STAGE.check(points=1.5, kind="reference")
+@STAGE.check(points=1.5, kind="reference", rule="Inverse of split_heads")
 def merge_heads_inverse(api, ctx):
     """merge_heads matches the reference and undoes split_heads"""
     rng = ctx.rng("merge")
@@ -89,7 +89,7 @@ def mha_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.mha_variants(x, *w, h, causal))
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public", rule="Concat(head_1, ..., head_h) W_O.")
 def mha_equals_head_loop(api, ctx):
     """multi_head_attention equals running your attention on each head's columns and concatenating"""
     rng = ctx.rng("mha-loop")
@@ -108,7 +108,8 @@ def mha_equals_head_loop(api, ctx):
                 "multi_head_attention against a loop over heads of your own attention()", inputs=shape_str(x))
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'",
+              rule="With causal=False, permuting the tokens permutes the outputs the same way.")
 def mha_permutation_equivariance(api, ctx):
     """without a causal mask, permuting the tokens permutes the outputs"""
     rng = ctx.rng("mha-perm")
@@ -121,7 +122,8 @@ def mha_permutation_equivariance(api, ctx):
                 f"multi_head_attention(x[perm], causal=False) against the output permuted, perm={perm.tolist()}")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'",
+              rule="Its parameters are exactly those of two submodules")
 def module_structure(api, ctx):
     """CausalSelfAttention's parameters are exactly those of qkv (C -> 3C) and out (C -> C), both Linear without bias"""
     info = api.module_structure(8, 2)
@@ -149,7 +151,8 @@ def module_reference(api, ctx):
                     mistakes=lambda: ctx.mistakes.module_variants(x, qkv_w, out_w, H))
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Causal attention'",
+              rule="changing later tokens never changes earlier outputs")
 def module_future_does_not_leak(api, ctx):
     """changing later tokens never changes the module's earlier outputs"""
     rng = ctx.rng("module-future")

@@ -45,7 +45,8 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=2, kind="property", visibility="public")
+@STAGE.check(points=2, kind="property", visibility="public",
+              rule="`k` and `v` are allocated once, [B, H, max_len, D], in `dtype`; `length` counts the filled positions.")
 def allocates_up_front(api, ctx):
     """KVCache preallocates k and v as [B, H, max_len, D] in the requested dtype, length 0"""
     for dtype in ("float32", "float64"):
@@ -60,7 +61,8 @@ def allocates_up_front(api, ctx):
             raise Fail(f"a new KVCache has length {r['length']}, expected 0")
 
 
-@STAGE.check(points=2, kind="property", visibility="public")
+@STAGE.check(points=2, kind="property", visibility="public",
+              rule="Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].")
 def append_returns_prefix(api, ctx):
     """append writes at `length`, advances it, and returns everything filled so far"""
     r = api.kv_cache_probe(1, 2, 12, 3, [4, 1, 1, 3])
@@ -74,7 +76,8 @@ def append_returns_prefix(api, ctx):
                    "(expected k[:, :, :length], v[:, :, :length])")
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public")
+@STAGE.check(points=1.5, kind="property", visibility="public",
+              rule="Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.")
 def append_past_max_len_raises(api, ctx):
     """appending past max_len raises ValueError"""
     r = api.kv_cache_probe(1, 1, 5, 2, [3, 3])
@@ -103,26 +106,30 @@ def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
                 ignore_nan_in_mistakes=True)
 
 
-@STAGE.check(points=3, kind="property", visibility="hidden", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=3, kind="property", visibility="hidden", cite="Article B, 'What it costs as the sequence grows'",
+              rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_token_by_token(api, ctx):
     """decoding one token at a time equals the full forward on every position"""
     _decode(api, ctx, "decode-1", [1] * 7)
 
 
-@STAGE.check(points=2.5, kind="property", visibility="hidden")
+@STAGE.check(points=2.5, kind="property", visibility="hidden",
+              rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_in_chunks(api, ctx):
     """a prompt chunk then smaller chunks (bottom-right causal alignment) equals the full forward"""
     _decode(api, ctx, "decode-chunks", [4, 1, 3, 2])
     _decode(api, ctx, "decode-chunks-b", [2, 5], B=1, C=12, H=3)
 
 
-@STAGE.check(points=1, kind="property", visibility="hidden")
+@STAGE.check(points=1, kind="property", visibility="hidden",
+              rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_float64(api, ctx):
     """decoding in float64 (a float64 cache) matches the reference tightly"""
     _decode(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
-@STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'")
+@STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
+              rule="One decode step's work grows linearly with the cache length")
 def decode_step_cost_linear(api, ctx):
     """the FLOPs of one decode step grow linearly with the cache length, not quadratically"""
     lengths = [64, 128, 256]

@@ -69,7 +69,8 @@ def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     check_close(w, ref_w, "attention weights", inputs=inputs, mistakes=variants(1))
 
 
-@STAGE.check(points=2, kind="reference", visibility="public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=2, kind="reference", visibility="public", cite="Article B, 'Causal attention'",
+              rule="so query i may see keys j <= n_k - n_q + i")
 def causal_mask_reference(api, ctx):
     """causal_mask is bool, lower-triangular, and aligned bottom-right when n_q != n_k"""
     for args in [(4,), (1,), (3, 3), (2, 5), (1, 6), (4, 7)]:
@@ -92,7 +93,7 @@ def causal_mask_reference(api, ctx):
                                     "bad": (got != want).tolist()})
 
 
-@STAGE.check(points=1, kind="reference")
+@STAGE.check(points=1, kind="reference", rule="Put -inf where `allowed` is False.")
 def apply_mask_reference(api, ctx):
     """apply_mask puts -inf exactly where the mask is False and leaves the rest alone"""
     rng = ctx.rng("apply")
@@ -108,7 +109,8 @@ def apply_mask_reference(api, ctx):
                 mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0)})
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
+              rule="Raises ValueError if some query row has no allowed key at all.")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
@@ -130,7 +132,7 @@ def attention_reference(api, ctx):
         _attention_case(api, ctx, q, k, v, allowed, f"q {shape_str(q)}, k {shape_str(k)}, v {shape_str(v)}, random mask")
 
 
-@STAGE.check(points=1, kind="reference")
+@STAGE.check(points=1, kind="reference", rule="None = everything allowed")
 def attention_no_mask(api, ctx):
     """allowed=None lets every query see every key"""
     rng = ctx.rng("attn-none")
@@ -147,7 +149,8 @@ def attention_large_scores(api, ctx):
     _attention_case(api, ctx, q, k, v, allowed, "q, k [4, 4] x 70: scores near +-1e4, causal")
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'",
+              rule="A forbidden key gets weight exactly 0")
 def masked_weights_exactly_zero(api, ctx):
     """forbidden positions get weight exactly 0"""
     rng = ctx.rng("attn-zero")
@@ -163,7 +166,7 @@ def masked_weights_exactly_zero(api, ctx):
         raise Fail(f"query {i} puts weight {w[i, j]:.4g} on future key {j}; forbidden weights must be exactly 0")
 
 
-@STAGE.check(points=0.5, kind="property", visibility="public")
+@STAGE.check(points=0.5, kind="property", visibility="public", rule="each query's weights sum to 1")
 def weights_sum_to_one(api, ctx):
     """every query's weights sum to 1, masked or not"""
     rng = ctx.rng("attn-sum")
@@ -174,7 +177,8 @@ def weights_sum_to_one(api, ctx):
         raise Fail(f"row sums of the weights are {np.round(sums, 4).tolist()}, expected all 1")
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article B, 'Causal attention'",
+              rule="changing later tokens never changes earlier outputs")
 def future_does_not_leak(api, ctx):
     """with a causal mask, changing later tokens never changes earlier outputs"""
     rng = ctx.rng("attn-future")

@@ -38,7 +38,7 @@ def _compare(api, ctx, x, w_q, w_k, w_v):
                     mistakes=swapped[name])
 
 
-@STAGE.check(points=2, kind="reference")
+@STAGE.check(points=2, kind="reference", rule="(d_v may differ from d_k)")
 def reference_dv_differs(api, ctx):
     """q, k, v match the reference when d_v != d_k (and n = 1)"""
     rng = ctx.rng("proj")
@@ -47,7 +47,7 @@ def reference_dv_differs(api, ctx):
         _compare(api, ctx, x, randn(rng, d_model, d_k), randn(rng, d_model, d_k), randn(rng, d_model, d_v))
 
 
-@STAGE.check(points=2, kind="reference")
+@STAGE.check(points=2, kind="reference", rule="x [..., n, d_model]")
 def reference_batch_fp32(api, ctx):
     """q, k, v match the reference with leading batch dimensions, in float32"""
     rng = ctx.rng("proj-batch")
@@ -57,7 +57,8 @@ def reference_batch_fp32(api, ctx):
         _compare(api, ctx, x, *w)
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public",
+              rule="Returns q [..., n, d_k], k [..., n, d_k], v [..., n, d_v].")
 def output_shapes(api, ctx):
     """q and k are [n, d_k], v is [n, d_v]"""
     x = np.ones((3, 4))

@@ -50,7 +50,8 @@ def reference(api, ctx):
                     inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@STAGE.check(points=1, kind="reference")
+@STAGE.check(points=1, kind="reference",
+              rule="q [..., n_q, d_k], k [..., n_k, d_k] -> scores [..., n_q, n_k] = q k^T / sqrt(d_k).")
 def reference_batch(api, ctx):
     """scaled_scores works with leading batch dimensions"""
     rng = ctx.rng("scaled-batch")
@@ -59,7 +60,8 @@ def reference_batch(api, ctx):
                 inputs=f"q {shape_str(q)}, k {shape_str(k)}", mistakes=lambda: ctx.mistakes.scaling_variants(q, k))
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Why divide by the square root?'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Why divide by the square root?'",
+              rule="Theory: d_k unscaled, 1 scaled.")
 def variance_theory(api, ctx):
     """var(q.k) is near d_k and var(q.k / sqrt(d_k)) near 1, for other d_k and seeds"""
     for d_k, seed in [(8, 11), (128, 12)]:
@@ -74,7 +76,8 @@ def variance_theory(api, ctx):
                        f"(+- {5 * se / d_k:.3f})")
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public",
+              rule="Draws `n_pairs` pairs of d_k-dimensional vectors from np.random.default_rng(seed).")
 def variance_seeded(api, ctx):
     """the same seed gives the same estimate; another seed gives another"""
     a = float(api.score_variance(16, 2000, 5, False))

@@ -70,7 +70,8 @@ def reference_fp32(api, ctx):
                                       "softmax-wrong-axis": ctx.mistakes.softmax_other_axes(s)})
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'")
+@STAGE.check(points=1.5, kind="property", visibility="public", cite="Article B, 'Code that matches the hand numbers'",
+              rule="Stable for large scores (e.g. +-1e4)")
 def large_scores_stable(api, ctx):
     """stays finite and exact for scores near +-1e4 (subtract the maximum first)"""
     s = np.array([[1e4, 1e4 - 1.0, 1e4 - 2.0], [-1e4, -1e4 + 2.0, -1e4 + 1.0], [1e4, 0.0, -1e4]])
@@ -79,7 +80,8 @@ def large_scores_stable(api, ctx):
                 mistakes={"softmax-unstable": ctx.mistakes.softmax_unstable(s)})
 
 
-@STAGE.check(points=0.5, kind="property", visibility="public")
+@STAGE.check(points=0.5, kind="property", visibility="public",
+              rule="weights that are positive and sum to 1 along `axis`")
 def rows_sum_to_one(api, ctx):
     """every slice sums to 1 and every weight is >= 0"""
     s = randn(ctx.rng("softmax-sum"), 4, 5, 6, scale=4.0)
@@ -92,7 +94,8 @@ def rows_sum_to_one(api, ctx):
                        f"(min weight {w.min():.3g}); expected every slice to sum to 1 with no negative weight")
 
 
-@STAGE.check(points=0.5, kind="property", visibility="public", cite="Article A, 'How the scores become shares'")
+@STAGE.check(points=0.5, kind="property", visibility="public", cite="Article A, 'How the scores become shares'",
+              rule="Adding the same number to every score in a slice leaves the weights unchanged.")
 def shift_invariance(api, ctx):
     """adding the same number to every score changes nothing"""
     s = randn(ctx.rng("softmax-shift"), 3, 5)
@@ -101,7 +104,8 @@ def shift_invariance(api, ctx):
     check_close(api.softmax(s + 7.5), a, "softmax(scores + 7.5) against softmax(scores)", inputs=shape_str(s))
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
+              rule="A `-inf` entry gets weight exactly 0.")
 def neginf_gets_zero(api, ctx):
     """a -inf score gets weight exactly 0 and the rest still sum to 1"""
     s = np.array([[0.3, -np.inf, 1.2, -np.inf], [-np.inf, -np.inf, -np.inf, 2.0]])
@@ -113,7 +117,8 @@ def neginf_gets_zero(api, ctx):
     check_close(w, ctx.ref.softmax(s), "softmax with -inf entries", inputs="[2, 4] with -inf")
 
 
-@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'")
+@STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
+              rule="Raises ValueError when a slice along `axis` is entirely `-inf`")
 def all_neginf_raises(api, ctx):
     """a slice that is entirely -inf raises ValueError (no weights to share)"""
     s = np.array([-np.inf, -np.inf, -np.inf])
@@ -126,7 +131,8 @@ def all_neginf_raises(api, ctx):
         raise Fail(msg)
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public",
+              rule="Write it with numpy alone: softmax.py may not import scipy, torch, jax or tensorflow, not even unused.")
 def no_library_softmax(api, ctx):
     """written with numpy, not a library softmax (scipy, torch)"""
     s = np.array([0.0, 1.0, 2.0])

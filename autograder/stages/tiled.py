@@ -65,7 +65,8 @@ def tiled_large_scores(api, ctx):
                 mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, True, 4, 4))
 
 
-@STAGE.check(points=1.5, kind="property", visibility="public")
+@STAGE.check(points=1.5, kind="property", visibility="public",
+              rule="Extra memory grows with the block sizes and n * d, not n_q * n_k.")
 def tiled_memory_linear(api, ctx):
     """peak memory (tracemalloc) grows linearly with n, not with n^2"""
     (small, shape), (large, _) = (api.tiled_peak_memory(n) for n in (512, 1024))
@@ -78,7 +79,8 @@ def tiled_memory_linear(api, ctx):
                    f"({1024 * 1024 * 8 / 2**20:.0f} MiB at n=1024)")
 
 
-@STAGE.check(points=2, kind="property", visibility="public")
+@STAGE.check(points=2, kind="property", visibility="public",
+              rule="Key blocks that the causal mask hides entirely are skipped")
 def tiled_skips_hidden_blocks(api, ctx):
     """with a causal mask, key blocks entirely in the future of a query block are not read"""
     r = api.tiled_key_rows(256, 64)
@@ -90,7 +92,8 @@ def tiled_skips_hidden_blocks(api, ctx):
                    f"and skipping the blocks the causal mask hides needs about {r['all'] * 10 // 16}")
 
 
-@STAGE.check(points=1, kind="property", visibility="public")
+@STAGE.check(points=1, kind="property", visibility="public",
+              rule="Raises ValueError if a query row has no allowed key (causal with n_q > n_k).")
 def tiled_row_without_keys_raises(api, ctx):
     """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
     q, k, v = np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2))
