@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from .api import Context, ReferenceAPI, StudentAPI
+from .fixtures import Replayer, load
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
 from .safe_files import problem
 from .sandbox import Worker
 from .sources import reached_files
-from .stages import CATALOGUE, CHECKS, FUNCTIONS, STAGE, STAGES, stage_of_file
+from .stages import CATALOGUE, FUNCTIONS, STAGE, STAGES, checks_to_run, stage_of_file
 
 NIE = "NotImplementedError"
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -151,7 +152,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     aborted = None
-    for c in (c for c in CHECKS if c.stage == stage and (c.visibility == "public" or not public_only)):
+    for c in checks_to_run(stage, public_only):
         api.called = []
         if missing:
             results.append(CheckResult(c, False, f"{', '.join(missing)} missing from the submission", not_run=True))
@@ -228,8 +229,6 @@ def reference():
         ref = ReferenceAPI()
         from attn_ref import mistakes
     except ImportError:
-        from .fixtures import Replayer, load
-
         store = load()
         return Replayer("ref", store), Replayer("mistakes", store)
     return ref, mistakes
@@ -239,7 +238,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
           workers: dict | None = None, pictures: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
-    public_only skips the hidden checks (as the student repo, which does not have them, does);
+    public_only runs each hidden check as its public twin, for no points (the student repo, which has no
+    reference: see stages.checks_to_run);
     a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches;
     there the numpy child inherits the server's imported torch, unused);
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
@@ -247,6 +247,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     submission = Path(submission).resolve()
     if ref is None:
         ref, mistakes = reference()
+        public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
     ctx = Context(seed, ref, mistakes, submission)
     wanted = [s for s in STAGES if stages is None or s.name in stages]
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
@@ -254,8 +255,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     drawn: dict = {}
 
     def not_run(name: str, why: str) -> list[CheckResult]:
-        return [CheckResult(c, False, why, not_run=True) for c in CHECKS
-                if c.stage == name and (c.visibility == "public" or not public_only)]
+        return [CheckResult(c, False, why, not_run=True) for c in checks_to_run(name, public_only)]
 
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \

@@ -1,12 +1,15 @@
 """The student repo: public checks only, fixtures instead of the reference, no solution text."""
+import json
 import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SOLUTIONS
+from conftest import SOLUTIONS, variant
+from test_diagnosis import MUTANTS
 
-from autograder.instructor.build import release, strip_hidden_checks
+from autograder.instructor.build import release
+from autograder.stages import CATALOGUE
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +24,18 @@ def _grade(repo, *args):
     return p.stdout
 
 
-def test_release_has_no_solutions_reference_or_hidden_checks(student_repo):
+def test_release_has_no_solutions_nor_reference_and_runs_hidden_checks_as_twins(student_repo):
     names = {p.relative_to(student_repo).as_posix() for p in student_repo.rglob("*") if p.is_file()}
     assert not any(n.startswith(("solutions/", "attn_ref/", "tests/")) for n in names)
     assert not any(n.startswith("autograder/instructor/") for n in names)
     assert "autograder/stages/softmax.py" in names and "autograder/child/worker.py" in names
     assert {"Makefile", "README.md", "requirements-student.txt", "autograder/fixtures.json",
             "exercises/softmax.py"} <= names
-    probe = ("import sys; sys.path.insert(0, '.'); from autograder.grade import CHECKS; "
-             "print(sorted({c.visibility for c in CHECKS}), len(CHECKS))")
+    probe = ("import sys; sys.path.insert(0, '.'); from autograder.stages import STAGES, checks_to_run\n"
+             "run = [c for s in STAGES for c in checks_to_run(s.name, True)]\n"
+             "print(sorted({c.visibility for c in run}), sum(c.points for c in run if c.twin))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=student_repo, capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("['public']")
+    assert out.stdout.split() == ["['public']", "0.0"]
 
 
 def test_release_contains_no_solution_text(student_repo):
@@ -62,7 +66,7 @@ def test_release_contains_no_solution_text(student_repo):
 
 def test_untouched_release_grades_zero(student_repo):
     out = _grade(student_repo)
-    assert "0/63.5" in out and "not started" in out and "hidden checks, run by the autograder" in out
+    assert "0/63.5" in out and "not started" in out and "scored only by the autograder" in out
 
 
 def test_solutions_in_release_get_full_public_marks(student_repo, tmp_path):
@@ -91,11 +95,16 @@ def test_student_makefile_targets(student_repo):
     assert p.returncode == 0 and "autograder grade" in p.stdout and "autograder submit" in p.stdout
 
 
-def test_strip_hidden_checks_keeps_public_ones():
-    src = ('@STAGE.check(points=1, kind="reference")\ndef a(api, ctx):\n    pass\n\n\n'
-           '@STAGE.check(points=1, kind="property", visibility="public")\ndef b(api, ctx):\n    pass\n\n\n'
-           '@STAGE.check(1, "property", "public")\ndef d(api, ctx):\n    pass\n\n\n'
-           '@STAGE.check(1, "property", visibility="hidden")\ndef c(api, ctx):\n    pass\n')
-    out = strip_hidden_checks(src)
-    assert "def b" in out and "def d" in out and "def a" not in out and "def c" not in out
-    assert ROOT.exists()
+def release_status(repo, submission, stages) -> dict:
+    out = repo / "results.json"
+    _grade(repo, "--submission", str(submission), "--stage", ",".join(stages), "--json", str(out))
+    return {n: s["status"] for n, s in json.loads(out.read_text())["extra_data"]["stages"].items()}
+
+
+@pytest.mark.parametrize("mistake", sorted(MUTANTS))
+def test_every_catalogued_mistake_fails_its_stage_in_the_release(student_repo, tmp_path, mistake):
+    """What the autograder takes points for shows locally: each mutant's stage is failed in the student repo."""
+    edits, stages = MUTANTS[mistake]
+    home = CATALOGUE[mistake].stage if CATALOGUE[mistake].stage in stages else stages[0]
+    status = release_status(student_repo, variant(tmp_path, edits), stages)
+    assert status[home] == "failed", status

@@ -8,7 +8,6 @@ and a local run of that zip laid out like Gradescope (`make gradescope-local`).
 Never shipped to students: the release leaves out autograder/instructor/ as a folder.
 """
 import argparse
-import ast
 import os
 import secrets
 import shutil
@@ -26,31 +25,6 @@ GRADER = ROOT / "autograder"
 DIST = ROOT / "dist"
 
 # ---------------------------------------------------------------------------------- release --
-
-
-def _is_hidden_check(node: ast.AST) -> bool:
-    """A function decorated with STAGE.check(...) whose visibility is not "public" (hidden is the default)."""
-    if not isinstance(node, ast.FunctionDef):
-        return False
-    for d in node.decorator_list:
-        if isinstance(d, ast.Call) and getattr(d.func, "attr", None) == "check":
-            vis = d.args[2] if len(d.args) > 2 else next((k.value for k in d.keywords if k.arg == "visibility"), None)
-            return not (isinstance(vis, ast.Constant) and vis.value == "public")
-    return False
-
-
-def strip_hidden_checks(source: str) -> str:
-    """The module without its hidden checks (their decorators and bodies)."""
-    lines = source.splitlines(keepends=True)
-    drop = set()
-    for node in ast.parse(source).body:
-        if _is_hidden_check(node):
-            start = min(d.lineno for d in node.decorator_list)
-            drop.update(range(start - 1, node.end_lineno))
-    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
-    while "\n\n\n\n" in kept:
-        kept = kept.replace("\n\n\n\n", "\n\n\n")
-    return kept
 
 
 def record_fixtures() -> dict:
@@ -187,11 +161,8 @@ def release(out: Path = DIST / "student") -> Path:
         rel = path.relative_to(GRADER)
         if rel.parts[0] == "instructor":
             continue
-        text = path.read_text()
-        if rel.parts[0] == "stages":
-            text = strip_hidden_checks(text)
         (out / "autograder" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / "autograder" / rel).write_text(text)
+        shutil.copy2(path, out / "autograder" / rel)
     from ..fixtures import save
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")

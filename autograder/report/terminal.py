@@ -33,8 +33,11 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     full = sum(s.points for s in core + bonus)
     shown = res.max_score + res.bonus_max_score
     if shown < full:
-        lines.append(f"      (public checks only: the other {_num(full - shown)} of {full} points are "
-                     "hidden checks, run by the autograder when you submit)")
+        twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
+        failing = sum(not r.passed for r in twins)
+        lines.append(f"      ({_num(full - shown)} of {full} points are scored only by the autograder: the same "
+                     f"{len(twins)} checks on inputs you have not seen. Here they ran on fixed inputs for no points"
+                     + (f"; {failing} of them fail, and will cost points there)" if failing else "; all pass)"))
     notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
     if notes:
         lines.append("")

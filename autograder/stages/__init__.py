@@ -45,6 +45,20 @@ HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
 
+def checks_to_run(stage: str, public_only: bool) -> list[Check]:
+    """The checks of `stage`, in order. Where the reference is absent (the student repo, public_only),
+    each hidden check runs as its public twin: the same check on the seed-0 inputs, answered from the
+    recorded fixtures, for no points; so every kind of mistake shows locally, while the autograder
+    re-checks the same things on inputs the student never saw, for the points."""
+    out = []
+    for c in STAGE[stage].checks:
+        if c.visibility == "public" or not public_only:
+            out.append(c)
+        else:
+            out.append(dataclasses.replace(c, visibility="public", points=0.0, twin=True))
+    return out
+
+
 def stage_of_file(filename: str | None) -> str | None:
     """The first stage written in a submission file (module.py belongs to heads, kv_cache and fused)."""
     for s in STAGES:
