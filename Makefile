@@ -9,12 +9,21 @@ SEED   ?= 0
 .PHONY: grade hint submit worked exercises check-exercises test lint clean help
 
 help:
-	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
+	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
 	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
 	@echo "make worked                  list the articles' numbers that are checked"
-	@echo "make test                    the project's own tests, after make lint (instructors)"
-	@echo "make exercises               regenerate exercises/ from solutions/ (instructors)"
+	@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
+	@echo "make report                  write report.html: failing cells, heatmaps of your weights"
+	@echo "instructors:"
+	@echo "make test                    the project's own tests, after make lint"
+	@echo "make lint                    ruff (ruff.toml)"
+	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
+	@echo "make release                 the student repo in dist/student"
+	@echo "make autograder [SECRET=..]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
+	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
+	@echo "make nbgrader / make otter   the notebook editions in dist/"
+	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
 
 $(VENV)/.student: requirements-student.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +40,7 @@ $(VENV)/.instructor: requirements-instructor.txt $(VENV)/.dev
 	@touch $@
 
 grade: $(VENV)/.student
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
+	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON)) $(if $(V),--verbose)
 
 hint: $(VENV)/.student
 	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)

@@ -51,7 +51,8 @@ def mask_variants(n_q, n_k=None):
     n_k = n_q if n_k is None else n_k
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     off = n_k - n_q
-    out = {"mask-future-visible": [j >= i + off, j >= i], "mask-excludes-self": [j < i + off, j < i]}
+    out = {"mask-future-visible": [j >= i + off, j >= i], "mask-excludes-self": [j < i + off, j < i],
+           "mask-inverted": [j > i + off]}
     if off:
         out["mask-top-left"] = [j <= i]
     return out
@@ -90,6 +91,13 @@ def attention_variants(q, k, v, allowed=None):
     if allowed is not None and not np.all(allowed):
         out["mask-zero-not-neginf"] = [attention_with(q, k, v, allowed, how="zero")]
         out["mask-after-softmax"] = [attention_with(q, k, v, allowed, how="after")]
+        hidden = ~np.broadcast_to(np.asarray(allowed, dtype=bool), np.shape(q)[:-1] + (n_k,))
+        if hidden.any(axis=-1).all():  # read the other way round, every row still sees some key
+            out["mask-inverted"] = [attention_with(q, k, v, hidden)]
+        # two mistakes at once, one in the scale and one in the mask: named together ("a+b")
+        for scale, divisor in (("scale-missing", 1.0), ("scale-by-dk", d_k)):
+            for mask, how in (("mask-zero-not-neginf", "zero"), ("mask-after-softmax", "after")):
+                out[f"{scale}+{mask}"] = [attention_with(q, k, v, allowed, divisor=divisor, how=how)]
     return out
 
 

@@ -2,7 +2,7 @@
 show these; they do not compute them."""
 from .grade import Results, StageResult
 from .sources import def_line, first_stub, rel
-from .stages import CATALOGUE, STAGE, STAGES
+from .stages import CATALOGUE, FUNCTIONS, STAGE, STAGES
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
 
@@ -13,7 +13,31 @@ def blocked_note(sr: StageResult, res: Results) -> str:
     return f"by {sr.blocked_by}" + (f" ({', '.join(ids)})" if ids else "")
 
 
-def next_step(res: Results) -> str:
+def _where(res: Results, stage, first, stub) -> str:
+    """file:line for a failing check: the line that raised, else the stage's stub, else the def of the
+    first of the stage's functions the check called (a module check points at module.py, not heads.py)."""
+    if first.error and first.error.get("file"):
+        return f"{rel(res.submission / first.error['file'])}:{first.error['line']}"
+    if stub:
+        return f"{rel(stub[0])}:{stub[1]}"
+    for name in first.called:
+        f = FUNCTIONS.get(name)
+        if f is None:
+            continue
+        module, func = f.target.split(":")
+        if module not in ("driver", "npdriver") and f"{module}.py" in stage.files:
+            return def_line(res.submission, f"{module}.py:{func}")
+        if f.reads and f.reads[0] in stage.files:
+            return def_line(res.submission, f"{f.reads[0]}:{_MAIN.get(f.reads[0], '')}")
+    return rel(res.submission / stage.files[0])
+
+
+_MAIN = {"module.py": "CausalSelfAttention", "kv_cache.py": "KVCache"}  # what a driver reading the file builds
+
+
+def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
+    """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
+    just graded pass, it points at the first stage still failing elsewhere."""
     core_done = all(sr.status == "passed" for n, sr in res.stages.items() if not STAGE[n].bonus)
     for s in STAGES:
         if s.bonus and not core_done:
@@ -29,18 +53,24 @@ def next_step(res: Results) -> str:
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
             return f"start {head}: open {where} and replace the stub. `make hint` gives a nudge."
         first = next(r for r in sr.checks if not r.passed)
-        if first.error and first.error.get("file"):
-            where = f"{rel(res.submission / first.error['file'])}:{first.error['line']}"
-        elif stub:
-            where = f"{rel(stub[0])}:{stub[1]}"
-        else:
-            where = rel(res.submission / s.files[0])
-        if sr.diagnoses:
+        if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
-            if not (first.error and first.error.get("file")) and m.where:
-                where = def_line(res.submission, m.where)
+            where = def_line(res.submission, m.where) if m.where else _where(res, s, first, stub)
             return f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+        where = _where(res, s, first, stub)
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
+    graded = [s for s in STAGES if s.name in res.stages]
+    failing = [s for s in STAGES if (statuses or {}).get(s.name, "passed") != "passed" and s.name not in res.stages]
+    if failing:
+        s = failing[0]
+        return (f"the stages just graded pass; stage {s.number} ({s.name}) is still "
+                f"{STATUS_WORD[statuses[s.name]]}: open {rel(res.submission / s.files[0])} and save it to grade it again.")
+    if len(graded) < len(STAGES):  # `make grade STAGE=...`: what comes after these, not "submit"
+        later = [s for s in STAGES if s.number > graded[-1].number and (not s.bonus or graded[-1].bonus)]
+        these = ", ".join(s.name for s in graded)
+        after = (f" Next: stage {later[0].number} ({later[0].name}), `make grade STAGE={later[0].name}`."
+                 if later else "")
+        return f"{these} {'passes' if len(graded) == 1 else 'pass'}.{after} Run `make grade` to see the whole kit."
     if not core_done:
         return "the core stages pass. Run `make submit`; the bonus stages (9-12) are there if you want more."
     return "every stage passes. Run `make submit` to package your work."

@@ -50,11 +50,9 @@ def _grade(args) -> int:
 
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))
     print(terminal(res, verbose=args.verbose, color=use_color()))
-    if stages is None:  # remembered for `make hint`
-        try:
-            (sub.parent / ".grade-state.json").write_text(json.dumps({n: s.status for n, s in res.stages.items()}))
-        except OSError:
-            pass
+    from .hints import remember_run
+
+    remember_run(res)  # `make hint` follows the latest run
     if args.json:
         write_json(res, Path(args.json))
     if args.html:

@@ -19,7 +19,7 @@ from .registry import Check
 from .safe_files import problem
 from .sandbox import Worker
 from .sources import reached_files
-from .stages import CATALOGUE, FUNCTIONS, STAGE, STAGES, checks_to_run, stage_of_file
+from .stages import FUNCTIONS, STAGE, STAGES, checks_to_run, mistakes_of, stage_of_file
 
 NIE = "NotImplementedError"
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -64,8 +64,8 @@ class StageResult:
 
     @property
     def diagnoses(self) -> list[str]:
-        """Catalogue ids named by this stage's failing checks, first seen first."""
-        return list(dict.fromkeys(r.diagnosis for r in self.checks if r.diagnosis))
+        """Catalogue ids named by this stage's failing checks, first seen first ('a+b' counts as a and b)."""
+        return list(dict.fromkeys(m.id for r in self.checks for m in mistakes_of(r.diagnosis)))
 
 
 @dataclass
@@ -126,14 +126,22 @@ def reached_stages(submission: Path, called: tuple[str, ...]) -> set[str]:
     return {s.name for s in STAGES if files & set(s.files)}
 
 
-def explain(mistake_id: str) -> str:
-    """The catalogue's line for a diagnosis, put in front of the check's own message."""
-    m = CATALOGUE[mistake_id]
-    return f"diagnosis {m.id}: {m.explanation} (reread {m.reread})\n"
+def explain(diagnosis: str) -> str:
+    """The catalogue's line for a diagnosis (two at once for 'a+b'), put in front of the check's message."""
+    found = mistakes_of(diagnosis)
+    if len(found) == 1:
+        return f"diagnosis {found[0].id}: {found[0].explanation} (reread {found[0].reread})\n"
+    return (f"diagnosis {diagnosis}: {len(found)} mistakes at once, and the output matches them together: "
+            + "; and ".join(f"{m.id}, {m.explanation} (reread {m.reread})" for m in found) + "\n")
 
 
-def describe_error(error: dict, submission: Path) -> str:
+def describe_error(error: dict, submission: Path, stage: str | None = None) -> str:
     where = f" at {submission / error['file']}:{error['line']}" if error.get("file") else ""
+    origin, first = stage_of_file(error.get("file")), error.get("entry")
+    if stage and origin and error.get("file") not in STAGE[stage].files and first and first["file"] != error["file"]:
+        # raised in an earlier stage's code that this stage's function called: say both
+        where += (f", in stage {STAGE[origin].number} ({origin})'s code, called from your {first['function']} "
+                  f"at {submission / first['file']}:{first['line']}")
     if error["type"] == NIE:
         return f"not implemented yet{where} ({error['message']})"
     if error["type"] == "ContractError":
@@ -171,7 +179,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(CheckResult(c, False, explain(f.diagnosis) + str(f) if f.diagnosis else str(f),
                                        diagnosis=f.diagnosis, arrays=f.arrays, called=tuple(api.called)))
         except StudentError as e:
-            results.append(CheckResult(c, False, describe_error(e.info, submission), error=e.info,
+            results.append(CheckResult(c, False, describe_error(e.info, submission, stage), error=e.info,
                                        origin=origin_of(e.info, stage), called=tuple(api.called)))
         except StudentAborted as e:
             aborted = f"an earlier check of this stage did not finish ({e})"
@@ -208,7 +216,7 @@ def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Pat
         return
     unfinished = {n for n, s in done.items() if s.status != "passed"}
     others = [r.origin for r in fails if r.origin and r.origin != sr.stage and r.origin in unfinished]
-    named = {CATALOGUE[r.diagnosis].stage for r in fails if r.diagnosis}
+    named = {m.stage for r in fails for m in mistakes_of(r.diagnosis)}
     if not others and named and sr.stage not in named:  # the evidence names an earlier stage's mistake
         others = [s for s in named if s in unfinished]
     reached = None

@@ -1,38 +1,71 @@
 """`make hint`: climb each stage's hint ladder (declared in its stage module) one rung per call.
 
-The rung reached is remembered in `.hints.json` beside the submission folder. Hints never
-print solution code; they point at the idea and the article section.
+It follows the latest run of any kind (`make grade`, `make grade STAGE=...`, `make watch`), which
+each leave `.grade-state.json` beside the submission folder: the first stage of that run that did not
+pass, never one that passes. When that run named a mistake, its hint comes first. The rung reached
+is remembered in `.hints.json`. Hints never print solution code; they point at the idea and the
+article section.
 """
 import json
 from pathlib import Path
 
 from .sources import first_stub
-from .stages import HINTS, STAGE, STAGES
+from .stages import CATALOGUE, HINTS, STAGE, STAGES
 
 
 def _state_path(submission: Path) -> Path:
     return submission.resolve().parent / ".hints.json"
 
 
-def first_unfinished(submission: Path) -> str:
-    """The first stage whose files still hold its stub (or the last graded status, if known)."""
-    last = submission.resolve().parent / ".grade-state.json"
-    if last.is_file():
-        try:
-            statuses = json.loads(last.read_text())
-            for s in STAGES:
-                if statuses.get(s.name, "passed") != "passed":
-                    return s.name
-        except (ValueError, AttributeError):
-            pass
+def _grade_state_path(submission: Path) -> Path:
+    return submission.resolve().parent / ".grade-state.json"
+
+
+def remember_run(res) -> None:
+    """Keep what a run found (every stage's latest status and diagnoses, and which stages it graded)."""
+    path = _grade_state_path(res.submission)
+    state = load_grade_state(res.submission)
+    state["statuses"].update({n: s.status for n, s in res.stages.items()})
+    state["diagnoses"].update({n: s.diagnoses for n, s in res.stages.items()})
+    state["last"] = list(res.stages)
+    try:
+        path.write_text(json.dumps(state, indent=1))
+    except OSError:
+        pass
+
+
+def load_grade_state(submission: Path) -> dict:
+    try:
+        state = json.loads(_grade_state_path(submission).read_text())
+    except (OSError, ValueError):
+        state = {}
+    if state and "statuses" not in state:  # the older format: {stage: status}
+        state = {"statuses": state}
+    return {"statuses": dict(state.get("statuses", {})), "diagnoses": dict(state.get("diagnoses", {})),
+            "last": list(state.get("last", []))}
+
+
+def first_unfinished(submission: Path) -> str | None:
+    """The first stage of the latest run that did not pass; else the first known not to pass; else the
+    first whose files still hold its stub. None when every stage graded so far passes."""
+    state = load_grade_state(submission)
+    statuses = state["statuses"]
+    for names in (state["last"], [s.name for s in STAGES]):
+        for s in STAGES:
+            if s.name in names and statuses.get(s.name, "passed") != "passed":
+                return s.name
+    if statuses and all(statuses.get(s.name) == "passed" for s in STAGES):
+        return None
     for s in STAGES:
-        if first_stub(submission, s.name):
+        if first_stub(submission, s.name) and statuses.get(s.name) != "passed":
             return s.name
-    return STAGES[-1].name
+    return None
 
 
 def next_hint(submission: Path, stage: str | None = None) -> str:
     stage = stage or first_unfinished(submission)
+    if stage is None:
+        return "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
     if stage not in STAGE:
         raise ValueError(f"unknown stage {stage}; stages: {', '.join(STAGE)}")
     path = _state_path(submission)
@@ -40,12 +73,25 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         state = {}
+    shown = set(state.get("diagnoses_shown", []))
+    named = [d for d in load_grade_state(submission)["diagnoses"].get(stage, []) if d not in shown]
+    if named:  # the mistake the last run named, before the general ladder
+        m = CATALOGUE[named[0]]
+        state["diagnoses_shown"] = sorted(shown | {m.id})
+        _save(path, state)
+        return (f"Hint for stage {STAGE[stage].number} ({stage}), about the mistake your last run named, {m.id}:\n"
+                f"  {m.explanation[0].upper() + m.explanation[1:]}. Open {m.where.replace(':', ', function ')} "
+                f"and reread {m.reread}.\n(run `make hint` again for the stage's general hints)")
     ladder = HINTS[stage]
     rung = min(int(state.get(stage, 0)), len(ladder) - 1)
     state[stage] = rung + 1
+    _save(path, state)
+    more = "run `make hint` again for the next one" if rung + 1 < len(ladder) else "that was the last hint"
+    return f"Hint {rung + 1}/{len(ladder)} for stage {STAGE[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
+
+
+def _save(path: Path, state: dict) -> None:
     try:
         path.write_text(json.dumps(state, indent=1))
     except OSError:
         pass
-    more = "run `make hint` again for the next one" if rung + 1 < len(ladder) else "that was the last hint"
-    return f"Hint {rung + 1}/{len(ladder)} for stage {STAGE[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"

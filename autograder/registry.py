@@ -12,6 +12,7 @@ VISIBILITIES = ("public", "hidden")
 # The kit-wide rules, written in the student README (autograder/instructor/build.py) word for word. A check
 # names the sentence it enforces: these two for worked and reference checks unless it names its own.
 WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
+DEFAULTS_RULE = "Default argument values are part of the contract: keep the defaults of the stubs' signatures"
 REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
                   "random inputs of every shape its docstring allows")
 

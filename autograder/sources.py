@@ -39,7 +39,7 @@ def def_line(submission: Path, where: str) -> str:
     name, func = where.split(":")
     path = submission / name
     for i, line in enumerate((read_text(path) or "").splitlines(), 1):
-        if re.match(rf"\s*def {func}\(", line):
+        if func and re.match(rf"\s*(def|class) {func}\b", line):
             return f"{rel(path)}:{i}"
     return rel(path)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from .stages import STAGE, STAGES
 
 CLEAR = "\033[2J\033[H"
+HOME, ERASE = "\033[H", "\033[J"  # back to the top (the screen is redrawn over itself), and clear what is left below
 
 
 def dependents(stage: str) -> set[str]:
@@ -39,10 +40,11 @@ def snapshot(folder: Path) -> dict[str, float]:
 
 
 def watch(folder: Path, interval: float = 0.3, timeout: float = 10.0, color: bool = False, out=sys.stdout) -> int:
-    from .grade import grade
+    from .grade import Results, grade
+    from .hints import remember_run
     from .report.watch_screen import screen
 
-    statuses: dict[str, str] = {}
+    kit: dict = {}  # every stage's latest StageResult, for the whole-kit line
     seen: dict[str, float] = {}
     try:
         while True:
@@ -51,14 +53,20 @@ def watch(folder: Path, interval: float = 0.3, timeout: float = 10.0, color: boo
             if changed:
                 stages = [s.name for s in STAGES] if not seen else affected_stages(changed)
                 seen = now
-                # first the numpy stages (fast feedback), then any torch stage the change reaches
-                for phase in ([n for n in stages if not STAGE[n].torch], [n for n in stages if STAGE[n].torch]):
-                    if not phase:
-                        continue
+                # the numpy stages first (their verdict comes in a fraction of a second), then the torch
+                # stages the change reaches: one screen, whose lines are updated in place
+                phases = [p for p in ([n for n in stages if not STAGE[n].torch], [n for n in stages if STAGE[n].torch])
+                          if p]
+                merged: Results | None = None
+                for i, phase in enumerate(phases):
                     res = grade(folder, phase, timeout=timeout)
-                    statuses.update({n: s.status for n, s in res.stages.items()})
-                    out.write(CLEAR + screen(res, statuses, phase, color) + "\n")
+                    kit.update(res.stages)
+                    found = {**(merged.stages if merged else {}), **res.stages}
+                    merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed)
+                    pending = [n for p in phases[i + 1:] for n in p]
+                    out.write((CLEAR if i == 0 else HOME) + screen(merged, kit, stages, color, pending) + ERASE + "\n")
                     out.flush()
+                remember_run(merged)
             time.sleep(interval)
     except KeyboardInterrupt:
         out.write("\nstopped watching.\n")

@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Bonus stage: the backward pass of attention, by hand.
 
 With S = q k^T / sqrt(d_k) (masked), P = softmax(S) and out = P v, and d_out = dL/d(out):

@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Bonus stage: what attention costs, in numbers.
 
 Article B, "What it costs as the sequence grows" and "Multi-head attention": the score matrix

@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Bonus stage: attention dropout, inverted, on the weights.
 
 Article B, "Causal attention": during training a random fraction of the weights is removed and

@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Stage 8: the whole attention as one fused call.
 
 Article B, "Code that matches the hand numbers" and "What it costs as the sequence grows".

@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Stages 6-8 (torch part): causal self-attention as an nn.Module, with a KV cache and a fused path.
 
 Article B, "Code that matches the hand numbers": two Linear layers, the heads made by reshaping.
@@ -32,11 +33,19 @@ class CausalSelfAttention(nn.Module):
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed).
         """
-        raise NotImplementedError("heads: write this part of CausalSelfAttention.forward")
+        q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:
             raise NotImplementedError("kv_cache: write this part of CausalSelfAttention.forward")
         y = self.attend(q, k, v)  # [B, H, T, D]
-        raise NotImplementedError("heads: write this part of CausalSelfAttention.forward")
+        return self.merge(y)  # [B, T, C]
+
+    def heads_of(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, C] -> q, k, v, each [B, H, T, D]: the qkv projection, split into heads."""
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.heads_of")
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """y [B, H, T, D] -> [B, T, C]: the heads side by side, then the output projection."""
+        raise NotImplementedError("heads: write this part of CausalSelfAttention.merge")
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal attention per head: q [B, H, T, D], k/v [B, H, T_k, D] -> [B, H, T, D].

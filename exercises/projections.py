@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Stage 3: learned query, key and value projections.
 
 Article A, "Do the same calculation for every token"; Article B, "Trainable attention".

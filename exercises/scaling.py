@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Stage 4: scaled scores, and why the scale is 1/sqrt(d_k).
 
 Article A, "Why divide by the square root?"; Article B, "Scores, now with a divide".

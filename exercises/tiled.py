@@ -1,4 +1,5 @@
-# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
 """Bonus stage: tiled attention with an online softmax (the FlashAttention forward, in numpy).
 
 The T x T score matrix is never stored: queries are processed block by block, and for each

@@ -37,20 +37,30 @@ class CausalSelfAttention(nn.Module):
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed).
         """
+        q, k, v = self.heads_of(x)  # each [B, H, T, D]
+        if cache is not None:
+            # BEGIN SOLUTION stage=kv_cache
+            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included
+            # END SOLUTION
+        y = self.attend(q, k, v)  # [B, H, T, D]
+        return self.merge(y)  # [B, T, C]
+
+    def heads_of(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, C] -> q, k, v, each [B, H, T, D]: the qkv projection, split into heads."""
         # BEGIN SOLUTION
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)  # each [B, T, C]
         q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
         k = k.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
         v = v.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]
+        return q, k, v
         # END SOLUTION
-        if cache is not None:
-            # BEGIN SOLUTION stage=kv_cache
-            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included
-            # END SOLUTION
-        y = self.attend(q, k, v)  # [B, H, T, D]
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """y [B, H, T, D] -> [B, T, C]: the heads side by side, then the output projection."""
         # BEGIN SOLUTION
-        y = y.transpose(1, 2).reshape(B, T, C)  # [B, T, H, D] -> [B, T, C]: heads side by side
+        B, H, T, D = y.shape
+        y = y.transpose(1, 2).reshape(B, T, H * D)  # [B, T, H, D] -> [B, T, C]: heads side by side
         return self.out(y)
         # END SOLUTION
 

@@ -40,6 +40,8 @@ MUTANTS = {
     "mask-future-visible": ({"masking.py": [(MASK, "    return j >= i + (n_k - n_q)")]}, ["masking"]),
     "mask-excludes-self": ({"masking.py": [(MASK, "    return j < i + (n_k - n_q)")]}, ["masking"]),
     "mask-top-left": ({"masking.py": [(MASK, "    return j <= i")]}, ["masking"]),
+    "mask-inverted": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
+                                       "return np.where(allowed, -np.inf, scores)")]}, ["masking"]),
     "linear-attention": ({"masking.py": [(
         "    return weights @ v, weights  #",
         "    return q @ (np.swapaxes(k, -1, -2) @ v) / np.sqrt(q.shape[-1]), weights  #")]}, ["masking"]),
@@ -59,8 +61,9 @@ MUTANTS = {
         "            k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]\n"
         "            cache.append(k_new, v_new)\n"))]}, ["kv_cache"]),
     "cache-quadratic-step": ({"module.py": [
-        (APPEND, APPEND + "            q = torch.cat([q.new_zeros(B, self.n_heads, k.shape[-2] - T, q.shape[-1]), q], -2)\n"),
-        ("y = self.attend(q, k, v)  #", "y = self.attend(q, k, v)[..., -T:, :]  #")]}, ["kv_cache"]),
+        (APPEND, APPEND + "            q = torch.cat([q.new_zeros(q.shape[0], self.n_heads, k.shape[-2] - q.shape[-2], "
+                          "q.shape[-1]), q], -2)\n"),
+        ("y = self.attend(q, k, v)  #", "y = self.attend(q, k, v)[..., -x.shape[1]:, :]  #")]}, ["kv_cache"]),
     "fused-materialized-mask": ({"fused.py": [(FUSED_IS_CAUSAL, "")]}, ["fused"]),
     "fused-dropout-in-eval": ({"fused.py": [("p = dropout_p if training else 0.0", "p = dropout_p")]}, ["fused"]),
     "fused-top-left": ({"fused.py": [(FUSED_IS_CAUSAL,
@@ -162,6 +165,18 @@ def test_own_mistake_is_failed_not_blocked(tmp_path):
     res = grade(variant(tmp_path, edits), stages=["softmax", "scaling", "masking"])
     assert res.stages["softmax"].diagnoses == ["softmax-unstable"]
     assert res.stages["masking"].status == "failed" and res.stages["masking"].diagnoses == ["mask-top-left"]
+
+
+def test_two_mistakes_at_once_are_both_named(tmp_path):
+    """No scale and a zeroed mask: the attention output matches neither alone, but both together."""
+    edits = {"scaling.py": MUTANTS["scale-missing"][0]["scaling.py"],
+             "masking.py": MUTANTS["mask-zero-not-neginf"][0]["masking.py"]}
+    res = grade(variant(tmp_path, edits), stages=["softmax", "scaling", "masking"])
+    combined = [r for r in res.stages["masking"].checks if r.diagnosis == "scale-missing+mask-zero-not-neginf"]
+    assert combined, [(r.check.id, r.diagnosis) for r in res.stages["masking"].checks if not r.passed]
+    assert "2 mistakes at once" in combined[0].message
+    text = terminal(res)
+    assert "Diagnosis scale-missing" in text and "Diagnosis mask-zero-not-neginf" in text
 
 
 def test_earlier_stage_mistake_seen_later_blocks(tmp_path):

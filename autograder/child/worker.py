@@ -38,6 +38,14 @@ def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
     return found
 
 
+def entry(exc: BaseException, sub_dir: str) -> dict | None:
+    """The outermost place inside the submission: the student's function the call went in through."""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith(sub_dir):
+            return {"file": os.path.basename(frame.filename), "line": frame.lineno, "function": frame.name}
+    return None
+
+
 def resolve(target: str, pkg: str):
     module_name, func = target.split(":")
     if module_name == "driver":
@@ -113,7 +121,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
             in_grader = file is None and req["target"].startswith(("driver:", "npdriver:"))
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
-                "in_grader": in_grader}})
+                "in_grader": in_grader, "entry": entry(e, sub_dir)}})
         sys.stdout.flush()
         results.write(reply)
 

@@ -17,7 +17,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from ..registry import REFERENCE_RULE, WORKED_RULE
+from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ STAGE  ?=
 .PHONY: grade hint submit worked watch report help
 
 help:
-\t@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use)"
+\t@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
 \t@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 \t@echo "make submit                  write submission.zip to upload"
 \t@echo "make worked                  list the articles' numbers that are checked"
@@ -75,7 +75,8 @@ $(VENV)/.student: requirements-student.txt
 \t@touch $@
 
 grade: $(VENV)/.student
-\t@$(PY) -m autograder grade --submission $(SUBMISSION) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON))
+\t@$(PY) -m autograder grade --submission $(SUBMISSION) $(if $(STAGE),--stage $(STAGE)) \\
+\t\t$(if $(JSON),--json $(JSON)) $(if $(V),--verbose)
 
 hint: $(VENV)/.student
 \t@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
@@ -108,6 +109,7 @@ wrong, where, and often which classic mistake it is.
 ```sh
 make grade                  # set up .venv on first use, grade exercises/, print the next step
 make grade STAGE=masking    # one stage
+make grade V=1              # every failing check, not only the first four of each stage
 make hint                   # a nudge for the stage you are on (run again for a bigger one)
 make submit                 # writes submission.zip: upload it
 make watch                  # re-grade every time you save
@@ -134,6 +136,7 @@ The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded 
 - Costs, measured next to your code: the FLOPs of one KV-cache decode step (they must grow
   linearly with the cache), the peak memory of the fused call at T = 8192 and of the tiled bonus
   stage (no T x T matrix). The docstrings say which.
+- {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.
 - Each call of your code has 10 seconds; code that hangs, crashes or exits loses that stage's

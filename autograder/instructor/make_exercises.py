@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?:\s+stage=(\w+))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DEF = re.compile(r"^\s*(?:def|class)\s+(\w+)")
-HEADER = "# Generated from solutions/ by `make exercises`; fill in the stubs (raise NotImplementedError ...).\n"
+HEADER = ("# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks\n"
+          "# it and names the next step; `make hint` gives a nudge.\n")
 
 
 def stub_source(text: str, filename: str) -> str:

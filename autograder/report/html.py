@@ -10,7 +10,7 @@ import numpy as np
 
 from ..advice import STATUS_WORD, blocked_note, next_step
 from ..grade import Results
-from ..stages import CATALOGUE, HINTS, STAGES
+from ..stages import HINTS, STAGES, mistakes_of
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -101,10 +101,9 @@ def render(res: Results) -> str:
         out.append("<h2>Failing checks</h2>")
     for sr, r in failing[:40]:
         diag = ""
-        if r.diagnosis:
-            m = CATALOGUE[r.diagnosis]
-            diag = (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
-                    f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
+        for m in mistakes_of(r.diagnosis):
+            diag += (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
+                     f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
         out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
                    f"<pre>{e(_without_diagnosis_line(r.message))}</pre>{_cells(r.arrays) if r.arrays else ''}</div>")
 

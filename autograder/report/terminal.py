@@ -72,7 +72,7 @@ def failure_lines(sr: StageResult, res: Results, verbose: bool, c=lambda code, t
         if shown >= 4 and not verbose:
             rest = sum(not x.passed for x in sr.checks) - shown
             if rest > 0:
-                out.append(f"  ... and {rest} more failing checks (--verbose shows them)")
+                out.append(f"  ... and {rest} more failing checks (`make grade V=1` shows them all)")
             break
     return out
 

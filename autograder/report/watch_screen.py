@@ -1,19 +1,29 @@
-"""The watch screen: a progress bar over the core stages, the stages just graded, their failing
-checks and diagnoses (the terminal report's lines for them), and the next step."""
+"""The watch screen: a progress bar over the core stages and the whole kit's total (from every stage's
+latest result), the stages just graded, their failing checks and diagnoses (the terminal report's lines
+for them), and the next step, drawn once per save."""
 from ..advice import STATUS_WORD, next_step
 from ..grade import Results
 from ..stages import STAGE, STAGES
 from .terminal import failure_lines
 
 
-def screen(res: Results, statuses: dict[str, str], graded: list[str], color: bool) -> str:
+def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: list[str] = ()) -> str:
+    """`kit` holds every stage's latest StageResult (this run's included); `pending` the stages still
+    being graded (shown as such, and updated in place when their verdict comes)."""
     core = [s for s in STAGES if not s.bonus]
-    done = sum(statuses.get(s.name) == "passed" for s in core)
+    done = sum(kit[s.name].status == "passed" for s in core if s.name in kit)
     bar = "#" * (3 * done) + "." * (3 * (len(core) - done))
-    lines = [f"[{bar}] {done}/{len(core)} core stages pass   (watching; Ctrl-C to stop)", ""]
+    score = sum(kit[s.name].score for s in core if s.name in kit)
+    top = sum(kit[s.name].max_score for s in core if s.name in kit)
+    lines = [f"[{bar}] {done}/{len(core)} core stages pass, {score:g}/{top:g} points   (watching; Ctrl-C to stop)", ""]
     for name in graded:
-        sr = res.stages[name]
+        sr = res.stages.get(name)
+        if sr is None:
+            lines.append(f"  stage {STAGE[name].number} {name}: grading ..." if name in pending else "")
+            continue
         lines.append(f"  stage {STAGE[name].number} {name}: {STATUS_WORD[sr.status]} ({sr.score:g}/{sr.max_score:g})")
     details = [line for sr in res.stages.values() for line in failure_lines(sr, res, verbose=False)
                if line.startswith(("  Diagnosis", "  x ", "      "))][:12]
-    return "\n".join(lines + [""] + details + ["", "Next step: " + next_step(res)])
+    statuses = {n: sr.status for n, sr in kit.items()}
+    step = "grading the stages that use it ..." if pending else next_step(res, statuses)
+    return "\n".join(lines + [""] + details + ["", "Next step: " + step])

@@ -39,10 +39,17 @@ CHECKS: list[Check] = [c for s in STAGES for c in s.checks]
 CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
 BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
 FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions}
-TARGETS: dict[str, str] = {"warmup": "driver:warmup", **{n: f.target for n, f in FUNCTIONS.items()}}
+# two helpers every stage may call, besides the functions the stages declare
+TARGETS: dict[str, str] = {"warmup": "driver:warmup", "signature_defaults": "npdriver:signature_defaults",
+                           **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
+
+
+def mistakes_of(diagnosis: str | None) -> list[Mistake]:
+    """The catalogue entries a diagnosis names: one id, or several joined by '+' (mistakes made together)."""
+    return [CATALOGUE[i] for i in diagnosis.split("+")] if diagnosis else []
 
 
 def checks_to_run(stage: str, public_only: bool) -> list[Check]:

@@ -3,8 +3,8 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import randn, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
     name="backward", number=10, points=10, files=("backward.py",), calls=(),
@@ -47,7 +47,7 @@ def _part(variants: dict, i: int, want) -> dict:
             if any(not np.allclose(c[i], want, atol=1e-6) for c in cands)}
 
 
-@STAGE.check(points=4, kind="reference")
+@STAGE.check(points=3.5, kind="reference")
 def backward_reference(api, ctx):
     """dq, dk, dv match the reference: causal or not, n_q != n_k, d_v != d_k"""
     rng = ctx.rng("backward")
@@ -92,3 +92,10 @@ def backward_masked_keys_get_no_gradient(api, ctx):
                    f"dv[4] = {dv[4].tolist()}; a masked weight is exactly 0 and passes no gradient")
     check_close(dv, ctx.ref.attention_backward(q, k, v, g, True)[2], "dv", inputs="q [2, 3], k [5, 3], causal")
 
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    # a stub's defaults earn nothing: the stage must work first
+    written = api.attention_backward(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)))
+    expect_defaults(api, {"backward:attention_backward": {"causal": "True"}}, written)

@@ -33,6 +33,21 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
     raise Fail(f"{what} returned {np.asarray(got).tolist()} instead of raising ValueError")
 
 
+def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
+    """Each "module:function" (or "module:Class") keeps the defaults of its stub's signature
+    (`want` gives each default as it is written, e.g. {"axis": "-1"}). `written` is what a call of the
+    stage's functions returned: a stub that returns nothing earns nothing here."""
+    if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
+        raise Fail("the stage's functions return None: write them first (their defaults count then)")
+    for target, defaults in want.items():
+        got = api.signature_defaults(target)
+        bad = {k: got.get(k, "no default") for k, v in defaults.items() if got.get(k) != v}
+        if bad:
+            name = target.split(":")[1]
+            raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} differ from the "
+                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}")
+
+
 def require_nontrivial(out_a, out_b, what: str) -> None:
     """A property such as equivariance holds for a constant function too; demand that the output
     changes when the input does, so a hard-coded or all-zero answer earns nothing here."""

@@ -1,7 +1,9 @@
 """Bonus stage 12: counting scores and KV-cache numbers."""
 
+
 from ..diagnosis import diagnosed
-from ..registry import Function, Mistake, Stage
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults
 
 STAGE = Stage(
     name="costs", number=12, points=5, files=("costs.py",), calls=("kv_cache",),
@@ -26,7 +28,7 @@ STAGE = Stage(
     ),
 )
 
-@STAGE.check(points=1.5, kind="reference")
+@STAGE.check(points=1, kind="reference")
 def costs_reference(api, ctx):
     """score_count and kv_cache_floats match the formulas for random sizes"""
     rng = ctx.rng("costs")
@@ -55,3 +57,10 @@ def costs_match_your_cache(api, ctx):
             found = next((m for m, x in bad.items() if claimed == x), None)
             raise diagnosed(found, f"kv_cache_floats({max_len}, 1, {h}, {d}, {batch}) = {claimed}, but your "
                             f"KVCache({batch}, {h}, {max_len}, {d}) holds {mine} numbers")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    written = api.score_count(4), api.kv_cache_floats(4, 1, 1, 2)  # a stub's defaults earn nothing: the stage must work first
+    expect_defaults(api, {"costs:score_count": {"n_heads": "1"}, "costs:kv_cache_floats": {"batch": "1"}}, written)

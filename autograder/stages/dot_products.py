@@ -23,7 +23,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=1.5, kind="reference")
+@STAGE.check(points=1, kind="reference")
 def dot_scores_reference(api, ctx):
     """dot_scores matches the reference (n = 1, n != d, float32)"""
     rng = ctx.rng("dot")
@@ -58,6 +58,17 @@ def simple_single_token(api, ctx):
     """with one token, the output is that token (its only weight is 1)"""
     x = np.array([[0.3, -1.2, 2.0]])
     check_close(api.simple_self_attention(x), x, "simple_self_attention of one token", inputs="[1, 3]")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule="each row becomes a weighted average of all rows")
+def simple_weights_sum_to_one(api, ctx):
+    """each output row is an average: a column of ones in x comes out as ones"""
+    x = np.concatenate([randn(ctx.rng("simple-sum"), 5, 3), np.ones((5, 1))], axis=1)
+    out = np.asarray(api.simple_self_attention(x), dtype=float)
+    if out.shape != x.shape:
+        raise Fail(f"simple_self_attention of x [5, 4] returned shape {out.shape}")
+    check_close(out[:, -1], np.ones(5), "the output's last column, for x whose last column is all ones "
+                "(each row's weights must sum to 1)", inputs="[5, 4] float64")
 
 
 @STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'What self-attention does and does not mean'",

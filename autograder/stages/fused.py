@@ -4,8 +4,8 @@ import numpy as np
 from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import randn, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
 STAGE = Stage(
@@ -49,7 +49,7 @@ def _qkv(rng, B, H, T_q, T_k, D, dt=np.float32):
     return randn(rng, B, H, T_q, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt), randn(rng, B, H, T_k, D, dtype=dt)
 
 
-@STAGE.check(points=2, kind="reference")
+@STAGE.check(points=1.5, kind="reference")
 def reference(api, ctx):
     """fused_attention matches the reference, causal and not, T_q = T_k"""
     rng = ctx.rng("fused")
@@ -146,3 +146,12 @@ def no_quadratic_memory(api, ctx):
                         "or the scores")
     return (f"cost of one causal call at T={T}: your fused call added {peak / 2**20:.1f} MiB of peak memory; the "
             f"T x T float32 scores alone would be {tt / 2**20:.0f} MiB")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    # a stub's defaults earn nothing: the stage must work first
+    ones = np.ones((1, 1, 2, 2), np.float32)
+    written = api.fused_attention(ones, ones, ones)
+    expect_defaults(api, {"fused:fused_attention": {"causal": "True", "dropout_p": "0.0", "training": "False"}}, written)

@@ -3,8 +3,8 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import randn, require_nontrivial, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
     name="heads", number=6, points=16, files=("heads.py", "module.py"), calls=("projections", "masking"),
@@ -49,7 +49,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=1.5, kind="reference", rule="head h = columns h*d_head:(h+1)*d_head")
+@STAGE.check(points=1, kind="reference", rule="head h = columns h*d_head:(h+1)*d_head")
 def split_heads_reference(api, ctx):
     """split_heads gives head h the columns h*d_head:(h+1)*d_head, laid out [..., n_heads, n, d_head]"""
     rng = ctx.rng("split")
@@ -164,3 +164,12 @@ def module_future_does_not_leak(api, ctx):
     y2 = np.asarray(api.module_forward(x2, qkv_w, out_w, 2))
     require_nontrivial(y[:, 4:], y2[:, 4:], "the module on tokens 4-5")
     check_close(y2[:, :4], y[:, :4], "module outputs of tokens 0-3 after changing tokens 4-5 (they must not move)")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    # a stub's defaults earn nothing: the stage must work first
+    written = api.multi_head_attention(np.ones((2, 2)), *[np.eye(2)] * 4, 1), api.module_shapes(4, 2)
+    expect_defaults(api, {"heads:multi_head_attention": {"causal": "True"},
+                          "module:CausalSelfAttention": {"fused": "False"}}, written)

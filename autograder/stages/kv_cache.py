@@ -4,8 +4,8 @@ import numpy as np
 from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import randn, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
 STAGE = Stage(
@@ -45,7 +45,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=2, kind="property", visibility="public",
+@STAGE.check(points=1.5, kind="property", visibility="public",
               rule="`k` and `v` are allocated once, [B, H, max_len, D], in `dtype`; `length` counts the filled positions.")
 def allocates_up_front(api, ctx):
     """KVCache preallocates k and v as [B, H, max_len, D] in the requested dtype, length 0"""
@@ -150,3 +150,10 @@ def decode_step_cost_linear(api, ctx):
                         f"{ratio:.2f}x the growth from 64 to 128 (linear cost gives 3.0); the step redoes work "
                         "for every cached position pair")
     return note
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    written = api.kv_cache_probe(1, 1, 2, 2, [1])  # a stub's defaults earn nothing: the stage must work first
+    expect_defaults(api, {"kv_cache:KVCache": {"dtype": "torch.float32", "device": "None"}}, written)

@@ -4,8 +4,8 @@ import numpy as np
 from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import expect_value_error, randn, require_nontrivial, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
     name="masking", number=5, points=16, files=("masking.py",), calls=("softmax", "scaling"),
@@ -44,6 +44,10 @@ STAGE = Stage(
                 explanation="with fewer queries than keys the mask is aligned top-left; the queries are the last "
                             "n_q positions, so query i sees keys j <= n_k - n_q + i",
                 reread="Article B, 'Causal attention'"),
+        Mistake(id="mask-inverted", where="masking.py:apply_mask",
+                explanation="the mask is read the wrong way round: True means the key may be attended to, so -inf "
+                            "goes where `allowed` is False",
+                reread="Article B, 'Causal attention'"),
         Mistake(id="linear-attention", where="masking.py:attention",
                 explanation="softmax is missing: the output is (q k^T) v, a different mechanism, not a weighted "
                             "average",
@@ -69,7 +73,7 @@ def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     check_close(w, ref_w, "attention weights", inputs=inputs, mistakes=variants(1))
 
 
-@STAGE.check(points=2, kind="reference", visibility="public", cite="Article B, 'Causal attention'",
+@STAGE.check(points=1.5, kind="reference", visibility="public", cite="Article B, 'Causal attention'",
               rule="so query i may see keys j <= n_k - n_q + i")
 def causal_mask_reference(api, ctx):
     """causal_mask is bool, lower-triangular, and aligned bottom-right when n_q != n_k"""
@@ -106,7 +110,8 @@ def apply_mask_reference(api, ctx):
         got = np.where(~np.broadcast_to(allowed, got.shape) & (got <= -1e9), -np.inf, got)
     check_close(got, want, "apply_mask(scores, allowed)",
                 inputs=f"scores {shape_str(s)}, allowed [4, 5] broadcast over the batch",
-                mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0)})
+                mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0),
+                          "mask-inverted": np.where(allowed, -np.inf, s)})
 
 
 @STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
@@ -191,3 +196,10 @@ def future_does_not_leak(api, ctx):
     require_nontrivial(np.asarray(out)[4:], np.asarray(out2)[4:], "attention on tokens 4-5")
     check_close(np.asarray(out2)[:4], np.asarray(out)[:4],
                 "outputs of tokens 0-3 after changing the keys/values of tokens 4-5 (they must not move)")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    written = api.causal_mask(2)  # a stub's defaults earn nothing: the stage must work first
+    expect_defaults(api, {"masking:causal_mask": {"n_k": "None"}, "masking:attention": {"allowed": "None"}}, written)

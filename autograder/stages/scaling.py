@@ -3,8 +3,8 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import randn, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
     name="scaling", number=4, points=10, files=("scaling.py",), calls=(),
@@ -39,7 +39,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=2, kind="reference")
+@STAGE.check(points=1.5, kind="reference")
 def reference(api, ctx):
     """scaled_scores matches the reference (n_q != n_k, several d_k, float32)"""
     rng = ctx.rng("scaled")
@@ -87,3 +87,10 @@ def variance_seeded(api, ctx):
         raise Fail(f"score_variance(16, 2000, seed=5) gave {a} then {b}: use np.random.default_rng(seed)")
     if a == c:
         raise Fail("score_variance gave the same estimate for seeds 5 and 6: the seed is ignored")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    written = api.score_variance(2, 100)  # a stub's defaults earn nothing: the stage must work first
+    expect_defaults(api, {"scaling:score_variance": {"n_pairs": "20000", "seed": "0", "scaled": "False"}}, written)

@@ -6,9 +6,9 @@ import numpy as np
 from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
 from ..safe_files import UnusableFile, read_bytes
-from .common import RAISED, expect_value_error, randn, require_nontrivial, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
     name="softmax", number=1, points=12, files=("softmax.py",), calls=(),
@@ -46,7 +46,7 @@ STAGE = Stage(
 )
 
 
-@STAGE.check(points=1, kind="reference")
+@STAGE.check(points=0.5, kind="reference")
 def reference_fp64(api, ctx):
     """matches the reference on random float64 scores, any shape, along every axis"""
     rng = ctx.rng("softmax-fp64")
@@ -151,3 +151,10 @@ def no_library_softmax(api, ctx):
         for n in names:
             if n.split(".")[0] in ("scipy", "torch", "jax", "tensorflow"):
                 raise Fail(f"softmax.py line {node.lineno} imports {n}: write softmax with numpy yourself")
+
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    written = api.softmax(np.array([0.0, 1.0]))  # a stub's defaults earn nothing: the stage must work first
+    expect_defaults(api, {"softmax:softmax": {"axis": "-1"}}, written)

@@ -4,8 +4,8 @@ import numpy as np
 from ..compare import check_close
 from ..diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
-from .common import RAISED, expect_value_error, randn, shape_str
+from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from .common import RAISED, expect_defaults, expect_value_error, randn, shape_str
 
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
@@ -40,7 +40,7 @@ STAGE = Stage(
     ),
 )
 
-@STAGE.check(points=3, kind="reference")
+@STAGE.check(points=2.5, kind="reference")
 def tiled_reference_blocks(api, ctx):
     """equals the reference for many block sizes, blocks that do not divide n, n_q != n_k, causal or not"""
     rng = ctx.rng("tiled")
@@ -103,3 +103,10 @@ def tiled_row_without_keys_raises(api, ctx):
         msg = f"rows with no allowed key returned {out.tolist()} instead of raising ValueError"
         raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)
 
+
+@STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
+def keeps_the_defaults(api, ctx):
+    """the functions keep the default argument values of their stubs' signatures"""
+    # a stub's defaults earn nothing: the stage must work first
+    written = api.tiled_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)))
+    expect_defaults(api, {"tiled:tiled_attention": {"causal": "True", "block_q": "64", "block_k": "64"}}, written)
