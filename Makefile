@@ -82,6 +82,14 @@ gradescope-local: $(VENV)/.student
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...]
 	$(PY) -m autograder regrade $(DIR) $(if $(SECRET),--secret $(SECRET))
 
+.PHONY: mutants
+$(VENV)/.mutants: requirements-mutants.txt $(VENV)/.dev
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-mutants.txt
+	@touch $@
+
+mutants: $(VENV)/.mutants  ## which small mistakes the grader catches, remotely and locally (bench/mutants.md); not a test
+	$(PY) bench/mutants.py $(if $(LIMIT),--limit $(LIMIT)) $(if $(FILES),--files $(FILES))
+
 .PHONY: bench gpu-check
 bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not a test
 	$(PY) bench/bench.py $(if $(QUICK),--quick)

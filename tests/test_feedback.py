@@ -1,0 +1,113 @@
+"""Feedback that follows the mistake: where "Next step" points, what an error from an earlier stage
+says, the hint ladder's state, `V=1`, the ending of a single-stage run, and watch's one screen."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
+from test_diagnosis import MUTANTS
+
+from autograder.advice import next_step
+from autograder.hints import next_hint, remember_run
+
+
+def line_of(path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_module_failure_points_at_module_py(tmp_path):
+    sub = variant(tmp_path, {"module.py": [("q, k, v = self.qkv(x).split(C, dim=-1)", "k, q, v = self.qkv(x).split(C, dim=-1)")]})
+    res = grade(sub, stages=["heads"])
+    step = next_step(res)
+    assert f"module.py:{line_of(sub / 'module.py', 'class CausalSelfAttention')}" in step, step
+
+
+def test_a_named_mask_mistake_points_at_the_mask_not_at_the_raise(tmp_path):
+    sub = variant(tmp_path, MUTANTS["mask-excludes-self"][0])
+    res = grade(sub, stages=["softmax", "scaling", "masking"])
+    step = next_step(res)
+    assert "mask-excludes-self" in step
+    assert f"masking.py:{line_of(sub / 'masking.py', 'def causal_mask')}" in step, step
+
+
+def test_an_error_in_an_earlier_stage_names_the_calling_function(tmp_path):
+    sub = variant(tmp_path, {"softmax.py": [("    if np.any(np.isneginf(top)):\n", "    if np.any(np.isneginf(scores)):\n")]})
+    res = grade(sub, stages=["softmax", "scaling", "masking"])
+    messages = [r.message for r in res.stages["masking"].checks if r.error]
+    assert any("in stage 1 (softmax)'s code, called from your attention at" in m for m in messages), messages
+
+
+def test_hints_follow_the_latest_run_and_lead_with_its_diagnosis(tmp_path):
+    sub = variant(tmp_path, MUTANTS["mask-top-left"][0])
+    remember_run(grade(sub, stages=["masking"]))
+    first = next_hint(sub)
+    assert "mask-top-left" in first and "stage 5 (masking)" in first
+    assert next_hint(sub).startswith("Hint 1/3 for stage 5 (masking)")
+    remember_run(grade(sub, stages=["softmax"]))  # a later run of a stage that passes: masking still fails
+    assert next_hint(sub).startswith("Hint 2/3 for stage 5 (masking)")
+    fixed = tmp_path / "submission"
+    shutil.copy2(SOLUTIONS / "masking.py", fixed / "masking.py")
+    remember_run(grade(fixed, stages=["masking"]))
+    assert "no hint needed" in next_hint(fixed)
+
+
+def test_single_stage_run_ends_with_the_next_stage():
+    res = grade(SOLUTIONS, stages=["softmax"])
+    assert next_step(res).startswith("softmax passes. Next: stage 2 (dot_products), `make grade STAGE=dot_products`")
+
+
+def test_make_grade_v1_shows_every_failing_check(tmp_path):
+    if not (ROOT / ".venv" / ".student").exists():
+        import pytest
+
+        pytest.skip("needs the .venv that `make test` sets up")
+    sub = variant(tmp_path, MUTANTS["softmax-no-exp"][0])
+
+    def run(*extra):
+        p = subprocess.run(["make", "-s", "grade", f"SUBMISSION={sub}", "STAGE=softmax", *extra], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    short, full = run(), run("V=1")
+    assert "more failing checks (`make grade V=1` shows them all)" in short
+    assert "more failing checks" not in full and full.count("\n  x ") > short.count("\n  x ") >= 4
+
+
+def test_watch_draws_one_screen_per_save(tmp_path):
+    sub = tmp_path / "exercises"
+    shutil.copytree(EXERCISES, sub)
+    shutil.copy2(SOLUTIONS / "softmax.py", sub / "softmax.py")
+    p = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(sub), "--interval", "0.1"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    threading.Thread(target=lambda: seen.extend(iter(lambda: p.stdout.read(1), "")), daemon=True).start()
+
+    def wait_for(text, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and text not in "".join(seen):
+            time.sleep(0.05)
+        return text in "".join(seen)
+
+    try:
+        assert wait_for("Next step: start stage 2")
+        time.sleep(0.5)
+        seen.clear()
+        shutil.copy2(SOLUTIONS / "scaling.py", sub / "scaling.py")  # scaling, and masking, heads... after it
+        assert wait_for("stage 4 scaling: passed")
+        deadline = time.monotonic() + 90  # then the torch stages it reaches, on the same screen
+        while time.monotonic() < deadline and not re.search(r"Next step: (?!grading)", "".join(seen)):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        out = "".join(seen)
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+    assert out.count("\033[2J") == 1, "one screen per save: cleared once, then updated in place"
+    assert "core stages pass" in out and "points" in out
+    assert "every stage passes" not in out
