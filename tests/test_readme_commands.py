@@ -21,6 +21,7 @@ AS_RUN = {
     "make regrade DIR=folder [SECRET=...]": "make regrade DIR=batch",
     "python -m autograder grade --submission PATH": "python -m autograder grade --submission solutions",
     "make bench [QUICK=1]": "make bench QUICK=1",
+    "make mutants [LIMIT=N]": "make mutants LIMIT=3 FILES=costs.py",
 }
 NOT_HERE = {"make test": "it is what runs this test"}
 EXPECT = {  # what a run must leave or print, beyond exiting 0
@@ -35,6 +36,7 @@ EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make nbgrader": Path("dist/nbgrader/source/attention/attention.ipynb"),
     "make otter": Path("dist/otter/result/student/attention.ipynb"),
     "make bench QUICK=1": "regrade of 12 submissions",
+    "make mutants LIMIT=3 FILES=costs.py": "3 mutants in",
     "make submit": Path("submission.zip"),
     "make report": Path("report.html"),
     "make grade JSON=results.json": Path("results.json"),

@@ -108,13 +108,16 @@ def no_dropout_in_eval(api, ctx):
 @STAGE.check(points=1, kind="property", visibility="public", rule="Dropout is applied only when `training` is True.")
 def dropout_when_training(api, ctx):
     """dropout_p > 0 is applied when training=True"""
-    q, k, v = _qkv(ctx.rng("fused-train"), 1, 2, 8, 8, 4)
-    plain = api.fused_probe(q, k, v, True, 0.0, False)["out"]
-    r = api.fused_probe(q, k, v, True, 0.5, True, 3)
-    if np.allclose(r["out"], plain):
-        raise Fail("fused_attention(dropout_p=0.5, training=True) equals the output without dropout")
-    if not any(c["dropout_p"] == 0.5 for c in r["calls"]):
-        raise Fail(f"training with dropout_p=0.5 made the calls {r['calls']}; pass dropout_p to the fused call")
+    rng = ctx.rng("fused-train")
+    for T_q, causal in [(8, True), (8, False), (3, True)]:  # every path: is_causal, no mask, a bottom-right mask
+        q, k, v = _qkv(rng, 1, 2, T_q, 8, 4)
+        plain = api.fused_probe(q, k, v, causal, 0.0, False)["out"]
+        r = api.fused_probe(q, k, v, causal, 0.5, True, 3)
+        what = f"fused_attention(causal={causal}, T_q={T_q}, T_k=8, dropout_p=0.5, training=True)"
+        if np.allclose(r["out"], plain):
+            raise Fail(f"{what} equals the output without dropout")
+        if not any(c["dropout_p"] == 0.5 for c in r["calls"]):
+            raise Fail(f"{what} made the calls {r['calls']}; pass dropout_p to the fused call")
 
 
 @STAGE.check(points=2, kind="reference", rule="fused=True computes the attention with `fused_attention`.")

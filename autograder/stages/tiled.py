@@ -45,7 +45,7 @@ def tiled_reference_blocks(api, ctx):
     """equals the reference for many block sizes, blocks that do not divide n, n_q != n_k, causal or not"""
     rng = ctx.rng("tiled")
     cases = [(10, 10, 3, 4, True), (7, 12, 4, 5, True), (9, 9, 64, 64, False), (1, 9, 2, 2, True),
-             (13, 20, 5, 7, False), (16, 16, 1, 1, True), (20, 20, 8, 3, True)]
+             (13, 20, 5, 7, False), (16, 16, 1, 1, True), (20, 20, 8, 3, True), (5, 9, 4, 4, False)]
     for n_q, n_k, bq, bk, causal in cases:
         q, k, v = randn(rng, n_q, 4), randn(rng, n_k, 4), randn(rng, n_k, 3)
         check_close(api.tiled_attention(q, k, v, causal, bq, bk), ctx.ref.tiled_attention(q, k, v, causal),
@@ -96,12 +96,16 @@ def tiled_skips_hidden_blocks(api, ctx):
               rule="Raises ValueError if a query row has no allowed key (causal with n_q > n_k).")
 def tiled_row_without_keys_raises(api, ctx):
     """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
-    q, k, v = np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2))
-    got = expect_value_error(lambda: api.tiled_attention(q, k, v, True, 2, 2), "tiled_attention with n_q > n_k")
-    if got is not RAISED:
-        out = np.asarray(got, dtype=float)
-        msg = f"rows with no allowed key returned {out.tolist()} instead of raising ValueError"
-        raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)
+    # blocks of 2 (the first rows' block holds no allowed key), and one block of 4 (mixed rows)
+    for n_q, block in [(4, 2), (3, 4)]:
+        q, k, v = np.ones((n_q, 2)), np.ones((2, 2)), np.ones((2, 2))
+        got = expect_value_error(lambda: api.tiled_attention(q, k, v, True, block, block),
+                                 f"tiled_attention with n_q={n_q} > n_k=2, blocks of {block}")
+        if got is not RAISED:
+            out = np.asarray(got, dtype=float)
+            msg = (f"rows with no allowed key (n_q={n_q}, blocks of {block}) returned {out.tolist()} instead of "
+                   "raising ValueError")
+            raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
