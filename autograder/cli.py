@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     g.set_defaults(fn=_grade)
     wt = sub.add_parser("watch", help="re-grade the affected stages whenever a file is saved")
     wt.add_argument("--submission", default=str(ROOT / "exercises"))
-    wt.add_argument("--interval", type=float, default=0.3)
+    wt.add_argument("--interval", type=float, default=0.05, help="quiet seconds that end a burst of saves")
     wt.add_argument("--timeout", type=float, default=10.0)
     wt.set_defaults(fn=_watch)
     h = sub.add_parser("hint", help="the next hint for the first unfinished stage (or STAGE)")

@@ -1,14 +1,14 @@
 """`make watch`: re-grade whenever a stage file is saved, only the stages that file can affect.
 
-Polls the files' modification times (no extra dependency), clears the screen, and shows a
-progress bar over the stages, the affected stage's result and diagnosis, and the next step.
-Ctrl-C leaves cleanly.
+The saved stage's verdict comes first and the stages that use it follow on the same screen (a
+progress bar, the whole kit's total, diagnoses, the next step). Ctrl-C leaves cleanly.
 """
+import queue
 import sys
-import time
+import threading
 from pathlib import Path
 
-from .stages import STAGE, STAGES
+from .stages import STAGES
 
 CLEAR = "\033[2J\033[H"
 HOME, ERASE = "\033[H", "\033[J"  # back to the top (the screen is redrawn over itself), and clear what is left below
@@ -35,39 +35,125 @@ def affected_stages(changed: set[str]) -> list[str]:
     return [s.name for s in STAGES if s.name in hit]
 
 
-def snapshot(folder: Path) -> dict[str, float]:
-    return {p.name: p.stat().st_mtime for p in folder.glob("*.py")}
+def own_stages(changed: set[str]) -> list[str]:
+    """The stages written in these files (their verdict is shown first)."""
+    return [s.name for s in STAGES if changed & set(s.files)]
 
 
-def watch(folder: Path, interval: float = 0.3, timeout: float = 10.0, color: bool = False, out=sys.stdout) -> int:
-    from .grade import Results, grade
-    from .hints import remember_run
-    from .report.watch_screen import screen
+class Session:
+    """One `make watch`: a fork server that imported numpy and torch once, from which every grade forks
+    fresh children (the student's modules are imported anew each time, under the same limits and
+    sandbox as `make grade`). A grade runs in a thread; a save while it runs cancels it."""
 
-    kit: dict = {}  # every stage's latest StageResult, for the whole-kit line
-    seen: dict[str, float] = {}
+    def __init__(self, folder: Path, timeout: float, color: bool, out) -> None:
+        from .launchers import ForkServer
+
+        self.folder, self.timeout, self.color, self.out = folder, timeout, color, out
+        self.kit: dict = {}  # every stage's latest StageResult, for the whole-kit line
+        self.server = ForkServer()
+        self.cancel = threading.Event()
+        self.workers: dict = {}
+        self.lock = threading.Lock()
+
+    def _server(self):
+        from .launchers import ForkServer
+
+        if not self.server.alive():  # a submission running as the student's user killed it: start another
+            self.server.close()
+            self.server = ForkServer()
+        return self.server
+
+    def _grade(self, stages: list[str]):
+        from .grade import grade
+        from .sandbox import Worker
+
+        server = self._server()
+        with self.lock:
+            self.workers = {kind: Worker(self.folder, timeout=self.timeout, zygote=server, reuse_memory=kind == "numpy")
+                            for kind in ("numpy", "torch")}
+        try:
+            return grade(self.folder, stages, timeout=self.timeout, workers=self.workers)
+        finally:
+            with self.lock:
+                self.workers = {}
+
+    def run(self, changed: set[str] | None) -> None:
+        """Grade what `changed` reaches (everything when None): the saved stages first, then the stages that
+        use them, on one screen whose lines are updated in place. Returns early when cancelled."""
+        from .grade import Results
+        from .hints import remember_run
+        from .report.watch_screen import screen
+
+        stages = [s.name for s in STAGES] if changed is None else affected_stages(changed)
+        first = [s.name for s in STAGES] if changed is None else own_stages(changed)
+        phases = [p for p in (first, [n for n in stages if n not in first]) if p]
+        merged = None
+        for i, phase in enumerate(phases):
+            res = self._grade(phase)
+            if self.cancel.is_set():
+                return
+            self.kit.update(res.stages)
+            found = {**(merged.stages if merged else {}), **res.stages}
+            merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed)
+            pending = [n for p in phases[i + 1:] for n in p]
+            self.out.write((CLEAR if i == 0 else HOME) + screen(merged, self.kit, stages, self.color, pending)
+                           + ERASE + "\n")
+            self.out.flush()
+        if merged is not None:
+            remember_run(merged)
+
+    def stop_grading(self) -> None:
+        """Cancel the grade in progress: its children are ended now (a call in flight fails at once)."""
+        self.cancel.set()
+        with self.lock:
+            for w in self.workers.values():
+                try:
+                    w.close()
+                except Exception:  # noqa: BLE001 - the grading thread may be closing it at the same moment
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bool = False, out=sys.stdout) -> int:
+    """File events (watchfiles) instead of polling: a burst of saves (an editor's temporary file and
+    rename) is one change, graded once; a save during a grade cancels it and grades again."""
+    import watchfiles
+
+    folder = Path(folder).resolve()
+    session = Session(folder, timeout, color, out)
+    events: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def listen() -> None:
+        for changes in watchfiles.watch(folder, step=max(10, int(interval * 1000)), debounce=400, stop_event=stop,
+                                        recursive=False, raise_interrupt=False):
+            names = {Path(p).name for _, p in changes if p.endswith(".py")}
+            if names:
+                events.put(names)
+
+    threading.Thread(target=listen, daemon=True).start()
+    changed: set[str] | None = None  # None: the first grade covers every stage
     try:
         while True:
-            now = snapshot(folder)
-            changed = {n for n, t in now.items() if seen.get(n) != t}
-            if changed:
-                stages = [s.name for s in STAGES] if not seen else affected_stages(changed)
-                seen = now
-                # the numpy stages first (their verdict comes in a fraction of a second), then the torch
-                # stages the change reaches: one screen, whose lines are updated in place
-                phases = [p for p in ([n for n in stages if not STAGE[n].torch], [n for n in stages if STAGE[n].torch])
-                          if p]
-                merged: Results | None = None
-                for i, phase in enumerate(phases):
-                    res = grade(folder, phase, timeout=timeout)
-                    kit.update(res.stages)
-                    found = {**(merged.stages if merged else {}), **res.stages}
-                    merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed)
-                    pending = [n for p in phases[i + 1:] for n in p]
-                    out.write((CLEAR if i == 0 else HOME) + screen(merged, kit, stages, color, pending) + ERASE + "\n")
-                    out.flush()
-                remember_run(merged)
-            time.sleep(interval)
+            session.cancel.clear()
+            grading = threading.Thread(target=session.run, args=(changed,), daemon=True)
+            grading.start()
+            changed = None
+            while changed is None:
+                try:
+                    changed = events.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                while not events.empty():
+                    changed |= events.get()
+            if grading.is_alive():  # saved again before the verdict: start over with both changes
+                session.stop_grading()
+                grading.join()
     except KeyboardInterrupt:
+        stop.set()
+        session.stop_grading()
+        session.close()
         out.write("\nstopped watching.\n")
         return 0

@@ -48,6 +48,61 @@ def make_batch(folder: Path, n: int) -> None:
             shutil.move(str(variant(tmp, MUTANTS[kind][0])), dest)
 
 
+def watch_latency(saves: int) -> list[dict]:
+    """`make watch` on a copy of the solutions: from the write of a stage file to its stage's verdict on
+    the screen, and to the whole screen (the stages that use it included), median over `saves` saves."""
+    import re
+    import threading
+
+    from autograder.stages import STAGE
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sub = Path(tmp) / "exercises"
+        shutil.copytree(ROOT / "solutions", sub)
+        p = subprocess.Popen([PY, "-m", "autograder", "watch", "--submission", str(sub)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+        log: list[tuple[float, bytes]] = []
+        threading.Thread(target=lambda: [log.append((time.perf_counter(), c)) for c in iter(lambda: p.stdout.read1(65536), b"")],
+                         daemon=True).start()
+
+        def when(pattern: bytes, after: float, limit: float = 60) -> float:
+            deadline = time.perf_counter() + limit
+            while time.perf_counter() < deadline:
+                text, t_at = b"", None
+                for t, chunk in list(log):
+                    if t >= after:
+                        text += chunk
+                        if re.search(pattern, text):
+                            t_at = t
+                            break
+                if t_at is not None:
+                    return t_at - after
+                time.sleep(0.005)
+            raise TimeoutError(pattern)
+
+        rows = []
+        try:
+            when(rb"Next step: (?!grading)", 0.0, 120)  # the first screen
+            for name, stage in (("softmax.py", "softmax"), ("masking.py", "masking"), ("module.py", "heads")):
+                verdict, screen = [], []
+                for _ in range(saves):
+                    time.sleep(0.6)
+                    text = (sub / name).read_text()
+                    t0 = time.perf_counter()
+                    (sub / name).write_text(text)
+                    verdict.append(when(rf"stage {STAGE[stage].number} {stage}: passed".encode(), t0))
+                    screen.append(when(rb"Next step: (?!grading)", t0))
+                torch = STAGE[stage].torch
+                rows.append({"file": name, "stage": stage, "saves": saves,
+                             "verdict_s": round(statistics.median(verdict), 3),
+                             "screen_s": round(statistics.median(screen), 3),
+                             "target_verdict_s": 0.5 if torch else 0.3, "target_screen_s": 1.5})
+        finally:
+            p.send_signal(2)
+            p.wait(timeout=30)
+        return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=5)
@@ -99,6 +154,7 @@ def main() -> int:
     throughput = {"submissions": args.batch, "per_minute_1_core": round(per_min[1], 1),
                   f"per_minute_{cores}_cores": round(per_min[cores], 1),
                   "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear"}
+    watch = watch_latency(5 if args.quick else 10)
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
     machine = {"cpu": model, "cores": cores, "python": platform.python_version()}
@@ -108,8 +164,13 @@ def main() -> int:
               f"{r['ratio']:>6.2f}  {r['target'] or ''}")
     print(f"\nregrade of {args.batch} submissions: {throughput['per_minute_1_core']}/min on 1 core, "
           f"{throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']})")
+    print(f"\n{'make watch: save of':<20} {'its verdict s':>14} {'whole screen s':>15}  targets (median of {watch[0]['saves']})")
+    for w in watch:
+        print(f"{w['file']:<20} {w['verdict_s']:>14.3f} {w['screen_s']:>15.3f}  <= {w['target_verdict_s']} s, "
+              f"<= {w['target_screen_s']} s")
     out = ROOT / "bench" / "results.json"
-    out.write_text(json.dumps({"machine": machine, "latency": rows, "throughput": throughput}, indent=2) + "\n")
+    out.write_text(json.dumps({"machine": machine, "latency": rows, "throughput": throughput, "watch": watch},
+                              indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 
