@@ -80,7 +80,7 @@ gradescope-local: $(VENV)/.student
 
 .PHONY: regrade
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET=...]
-	$(PY) -m autograder regrade $(DIR) $(if $(SECRET),--secret $(SECRET))
+	$(PY) -m autograder regrade $(DIR) $(if $(SECRET),--secret $(SECRET)) $(if $(ANONYMIZE),--anonymize)
 
 .PHONY: mutants
 $(VENV)/.mutants: requirements-mutants.txt $(VENV)/.dev

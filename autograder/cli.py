@@ -108,9 +108,17 @@ def _submit(args) -> int:
 def _regrade(args) -> int:
     from .instructor.regrade import regrade
 
-    out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, args.secret, args.seed, args.timeout)
-    print(f"wrote {out / 'summary.csv'} and one results JSON per submission in {out}/")
+    out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, args.secret, args.seed, args.timeout,
+                  anonymize=args.anonymize)
+    print(f"wrote {out / 'summary.csv'}, {out / 'class-report.html'}, {out / 'diagnoses.csv'} and one results JSON "
+          f"per submission in {out}/")
     return 0
+
+
+def _class_report(args) -> int:
+    from .instructor.class_report import main as class_report
+
+    return class_report([args.results_dir] + (["--anonymize"] if args.anonymize else []))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--secret", help="derive each hidden-check seed from this and the submission, as the zip does")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--timeout", type=float, default=10.0)
+    r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")
     r.set_defaults(fn=_regrade)
+    c = sub.add_parser("class-report", help="class-report.html and diagnoses.csv from a folder of results JSONs")
+    c.add_argument("results_dir")
+    c.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
+    c.set_defaults(fn=_class_report)
     args = p.parse_args(argv)
     return args.fn(args)

@@ -74,7 +74,7 @@ class Progress:
 
 
 def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secret: str | None = None,
-            seed: int = 0, timeout: float = 10.0, quiet: bool = False) -> Path:
+            seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False) -> Path:
     folder = Path(folder)
     out = Path(out) if out else folder.with_name(folder.name + "-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -105,6 +105,9 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
         _zygote.close()
         _zygote = None
     _write_csv(out, rows)
+    from .class_report import write
+
+    write(out, anonymize=anonymize)  # class-report.html and diagnoses.csv: what the class gets wrong
     return out
 
 
