@@ -213,8 +213,9 @@ def test_hard_coded_worked_outputs_earn_only_worked_points(zip_path, tmp_path):
                                             hard)]})
     data, scores = run_zip(zip_path, sub, tmp_path)
     failing = {t["extra_data"]["check"] for t in data["tests"] if t["status"] == "failed"}
-    assert failing == {"simple_attention_reference", "simple_single_token", "permutation_equivariance"}
-    assert scores["dot_products"] == 5
+    assert failing == {"simple_attention_reference", "simple_single_token", "simple_weights_sum_to_one",
+                       "permutation_equivariance"}
+    assert scores["dot_products"] == 4.5
 
 
 def test_zip_scores_agree_with_make_grade(zip_path, tmp_path):

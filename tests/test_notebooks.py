@@ -65,9 +65,9 @@ def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path, file):
     score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MISTAKES[file])
     direct = grade(variant(tmp_path / "v", {file: [MISTAKES[file]]}), seed=0)
     assert score == direct.score + direct.bonus_score < 130
-    # the feedback shows the public report but nothing of the hidden checks
-    hidden = {r.check.name for s in direct.stages.values() for r in s.checks if r.check.visibility == "hidden"}
-    assert not [h for h in hidden if "_" in h and h in feedback]  # (skip one-word names like "reference")
+    # the feedback shows the student's report (public checks and the hidden ones' seed-0 twins); the hidden
+    # checks' own run, for the points, prints its score alone
+    assert "with the hidden checks" in feedback
     if file == "masking.py":
         assert "causal_mask_reference" in feedback  # a public check, reported
 

@@ -195,16 +195,16 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     (mutant / "toy.py").write_text(TOY_SOLUTION.replace("* 2", "* 3"))
     out = _make(kit, "grade", "SUBMISSION=mutant", "STAGE=toy")
     assert "Diagnosis toy-triple: the entries are tripled" in out
+    assert "the mistake your last run named, toy-triple" in _make(kit, "hint", "STAGE=toy")  # its hint first
     assert "Hint 1/2 for stage 13 (toy)" in _make(kit, "hint", "STAGE=toy")
 
     _make(kit, "release")
     student = kit / "dist" / "student"
     assert (student / "exercises" / "toy.py").is_file() and not (student / "attn_ref").exists()
-    assert "doubles_hidden" not in (student / "autograder" / "stages" / "toy.py").read_text()
     shutil.copy2(kit / "solutions" / "toy.py", student / "exercises" / "toy.py")
     p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "toy"], cwd=student,
                        capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and "1/1  passed" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "1/1  passed" in p.stdout and "(2/2 checks)" in p.stdout, p.stdout + p.stderr
 
     _make(kit, "autograder")
     with zipfile.ZipFile(kit / "dist" / "autograder.zip") as z:
