@@ -36,3 +36,38 @@ def solutions_result():
 @pytest.fixture(scope="session")
 def stubs_result():
     return grade(EXERCISES, seed=0)
+
+
+class Watching:
+    """`python -m autograder watch` on a folder, its output collected as it comes (`text`), stopped with Ctrl-C."""
+
+    def __init__(self, folder: Path, *args: str) -> None:
+        import subprocess
+        import threading
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(folder), *args],
+                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.seen: list[str] = []
+        threading.Thread(target=lambda: self.seen.extend(iter(lambda: self.proc.stdout.read(1), "")),
+                         daemon=True).start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.seen)
+
+    def clear(self) -> None:
+        self.seen.clear()
+
+    def wait_for(self, text: str, timeout: float = 90) -> bool:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and text not in self.text:
+            time.sleep(0.02)
+        return text in self.text
+
+    def stop(self) -> int:
+        import signal
+
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=30)

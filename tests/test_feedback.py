@@ -3,13 +3,10 @@ says, the hint ladder's state, `V=1`, the ending of a single-stage run, and watc
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import threading
 import time
 
-from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
+from conftest import EXERCISES, ROOT, SOLUTIONS, Watching, grade, variant
 from test_diagnosis import MUTANTS
 
 from autograder.advice import next_step
@@ -83,31 +80,20 @@ def test_watch_draws_one_screen_per_save(tmp_path):
     sub = tmp_path / "exercises"
     shutil.copytree(EXERCISES, sub)
     shutil.copy2(SOLUTIONS / "softmax.py", sub / "softmax.py")
-    p = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(sub), "--interval", "0.1"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen: list[str] = []
-    threading.Thread(target=lambda: seen.extend(iter(lambda: p.stdout.read(1), "")), daemon=True).start()
-
-    def wait_for(text, timeout=90):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and text not in "".join(seen):
-            time.sleep(0.05)
-        return text in "".join(seen)
-
+    w = Watching(sub, "--interval", "0.1")
     try:
-        assert wait_for("Next step: start stage 2")
+        assert w.wait_for("Next step: start stage 2")
         time.sleep(0.5)
-        seen.clear()
+        w.clear()
         shutil.copy2(SOLUTIONS / "scaling.py", sub / "scaling.py")  # scaling, and masking, heads... after it
-        assert wait_for("stage 4 scaling: passed")
-        deadline = time.monotonic() + 90  # then the torch stages it reaches, on the same screen
-        while time.monotonic() < deadline and not re.search(r"Next step: (?!grading)", "".join(seen)):
+        assert w.wait_for("stage 4 scaling: passed")
+        deadline = time.monotonic() + 90  # then the stages that use it, on the same screen
+        while time.monotonic() < deadline and not re.search(r"Next step: (?!grading)", w.text):
             time.sleep(0.05)
         time.sleep(0.5)
-        out = "".join(seen)
+        out = w.text
     finally:
-        p.send_signal(signal.SIGINT)
-        p.wait(timeout=30)
+        w.stop()
     assert out.count("\033[2J") == 1, "one screen per save: cleared once, then updated in place"
     assert "core stages pass" in out and "points" in out
     assert "every stage passes" not in out
