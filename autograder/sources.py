@@ -35,11 +35,15 @@ def rel(path: Path) -> str:
 
 
 def def_line(submission: Path, where: str) -> str:
-    """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def), or the file alone."""
+    """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def or class), or the file alone.
+    With no name ('module.py:'), the file's first class (else its first def)."""
     name, func = where.split(":")
     path = submission / name
     for i, line in enumerate((read_text(path) or "").splitlines(), 1):
-        if func and re.match(rf"\s*(def|class) {func}\b", line):
+        if re.match(rf"\s*(def|class) {func}\b" if func else r"class \w", line):
+            return f"{rel(path)}:{i}"
+    for i, line in enumerate((read_text(path) or "").splitlines(), 1):
+        if not func and re.match(r"def \w", line):
             return f"{rel(path)}:{i}"
     return rel(path)
 
