@@ -120,3 +120,24 @@ def test_wrong_numbers_from_a_stage_it_calls_still_block(tmp_path):
     edits = {"masking.py": [("return np.where(allowed, scores, -np.inf)", "return np.where(allowed, scores, -3.0)")]}
     res = grade(variant(tmp_path, edits), stages=["softmax", "scaling", "masking", "heads"])
     assert (res.stages["heads"].status, res.stages["heads"].blocked_by) == ("blocked", "masking")
+
+
+def test_a_changed_default_loses_the_defaults_check(tmp_path):
+    sub = variant(tmp_path, {"fused.py": [("    causal: bool = True,\n", "    causal: bool = False,\n")],
+                             "scaling.py": [("n_pairs: int = 20000", "n_pairs: int = 1000")]})
+    res = grade(sub, stages=["scaling", "fused"])
+    for stage, text in (("fused", "causal=False differ from the contract's causal=True"),
+                        ("scaling", "n_pairs=1000 differ from the contract's n_pairs=20000")):
+        bad = [r for r in res.stages[stage].checks if not r.passed]
+        assert [r.check.name for r in bad] == ["keeps_the_defaults"] and text in bad[0].message, failures(res)
+        assert res.stages[stage].status == "failed"
+
+
+def test_dropout_is_checked_on_every_fused_path(tmp_path):
+    """The mutation report found these: dropout dropped where there is no mask, or with the bottom-right mask."""
+    for i, (old, new) in enumerate([("return F.scaled_dot_product_attention(q, k, v, dropout_p=p)\n",
+                                     "return F.scaled_dot_product_attention(q, k, v)\n"),
+                                    ("attn_mask=allowed, dropout_p=p)", "attn_mask=allowed)")]):
+        res = grade(variant(tmp_path / str(i), {"fused.py": [(old, new)]}), stages=["fused"])
+        bad = [r.check.name for r in res.stages["fused"].checks if not r.passed]
+        assert bad == ["dropout_when_training"], failures(res)
