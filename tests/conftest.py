@@ -28,6 +28,19 @@ def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path 
     return dest
 
 
+def copy_repo(dest: Path) -> Path:
+    """A copy of this checkout as a clone would have it: tracked files and new ones git does not ignore."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def solutions_result():
     return grade(SOLUTIONS, seed=0)

@@ -141,3 +141,13 @@ def test_dropout_is_checked_on_every_fused_path(tmp_path):
         res = grade(variant(tmp_path / str(i), {"fused.py": [(old, new)]}), stages=["fused"])
         bad = [r.check.name for r in res.stages["fused"].checks if not r.passed]
         assert bad == ["dropout_when_training"], failures(res)
+
+
+def test_a_row_without_keys_inside_a_mixed_block_still_raises(tmp_path):
+    """The mutation report found this: with one block holding rows that see keys and rows that see none,
+    a stand-in maximum of -inf turned the empty rows into NaN instead of the ValueError."""
+    edits = {"tiled.py": [("safe = np.where(np.isneginf(m_new), 0.0, m_new)", "safe = m_new")]}
+    res = grade(variant(tmp_path, edits), stages=["tiled"])
+    bad = [r for r in res.stages["tiled"].checks if not r.passed]
+    assert [r.check.name for r in bad] == ["tiled_row_without_keys_raises"], failures(res)
+    assert "n_q=3" in bad[0].message

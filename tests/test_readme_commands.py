@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLUTIONS
+from conftest import ROOT, SOLUTIONS, copy_repo
 
 TABLE_ROW = re.compile(r"^\| `([^`]+)` \|", re.M)
 SH_BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
@@ -51,16 +51,6 @@ def commands(readme: str) -> list[str]:
     for block in SH_BLOCK.findall(readme):
         found += [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
     return list(dict.fromkeys(found))
-
-
-def copy_repo(dest: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    return dest
 
 
 def env() -> dict:

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, copy_repo
 
 GRADER = ROOT / "autograder"
 PARTS = ("stages", "child", "instructor", "report")
@@ -156,13 +156,7 @@ def double(x):
 @pytest.fixture(scope="module")
 def toy_kit(tmp_path_factory):
     """A copy of the kit (tracked files) with the toy stage added as exactly three new files."""
-    kit = tmp_path_factory.mktemp("kit") / "kit"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (kit / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, kit / name)
+    kit = copy_repo(tmp_path_factory.mktemp("kit") / "kit")
     new = {"autograder/stages/toy.py": TOY_STAGE, "solutions/toy.py": TOY_SOLUTION, "attn_ref/toy.py": TOY_REFERENCE}
     for name, text in new.items():
         (kit / name).write_text(text)
