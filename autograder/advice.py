@@ -21,14 +21,9 @@ def _where(res: Results, stage, first, stub) -> str:
     if stub:
         return f"{rel(stub[0])}:{stub[1]}"
     for name in first.called:
-        f = FUNCTIONS.get(name)
-        if f is None:
-            continue
-        module, func = f.target.split(":")
-        if module not in ("driver", "npdriver") and f"{module}.py" in stage.files:
-            return def_line(res.submission, f"{module}.py:{func}")
-        if f.reads and f.reads[0] in stage.files:  # a driver builds the file's class: point at it
-            return def_line(res.submission, f"{f.reads[0]}:")
+        for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
+            if file in stage.files:  # a driver builds the file's class: no name points at that class
+                return def_line(res.submission, f"{file}:{func or ''}")
     return rel(res.submission / stage.files[0])
 
 

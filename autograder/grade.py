@@ -114,15 +114,8 @@ def reached_stages(submission: Path, called: tuple[str, ...]) -> set[str]:
     (which functions each one uses, and what it imports), so a stage is blamed only if it was reached."""
     files: set[str] = set()
     for name in called:
-        f = FUNCTIONS.get(name)
-        if f is None:
-            continue
-        module, func = f.target.split(":")
-        if module in ("driver", "npdriver"):
-            for read in f.reads:
-                files |= reached_files(submission, read, None)
-        else:
-            files |= reached_files(submission, f"{module}.py", func)
+        for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
+            files |= reached_files(submission, file, func)
     return {s.name for s in STAGES if files & set(s.files)}
 
 

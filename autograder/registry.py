@@ -27,6 +27,14 @@ class Function:
     reference: str | None = None  # "module:function" inside the attn_ref package
     reads: tuple[str, ...] = ()  # for a driver: the submission files whose code it runs
 
+    def code(self) -> list[tuple[str, str | None]]:
+        """(submission file, function) pairs this name runs: the student's function itself, or for a
+        driver each file it reads (function None: whatever in the file it builds)."""
+        module, func = self.target.split(":")
+        if module in ("driver", "npdriver"):
+            return [(read, None) for read in self.reads]
+        return [(f"{module}.py", func)]
+
 
 @dataclass(frozen=True)
 class Mistake:
