@@ -57,7 +57,7 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
         s = failing[0]
         return (f"the stages just graded pass; stage {s.number} ({s.name}) is still "
                 f"{STATUS_WORD[statuses[s.name]]}: open {rel(res.submission / s.files[0])} and save it to grade it again.")
-    if len(graded) < len(STAGES):  # `make grade STAGE=...`: what comes after these, not "submit"
+    if len(graded) < len(STAGES) and statuses is None:  # `make grade STAGE=...`: what comes next, not "submit"
         later = [s for s in STAGES if s.number > graded[-1].number and (not s.bonus or graded[-1].bonus)]
         these = ", ".join(s.name for s in graded)
         after = (f" Next: stage {later[0].number} ({later[0].name}), `make grade STAGE={later[0].name}`."

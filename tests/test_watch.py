@@ -47,14 +47,16 @@ def test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade(tmp_path):
     }
     w = Watching(sub, "--timeout", "2")
     try:
-        assert w.wait_for("stage 1 softmax: passed")
+        assert w.wait_for("Next step: every stage passes")
         for name, text in bad.items():
             w.clear()
             (sub / "softmax.py").write_text(text)
-            assert w.wait_for("stage 1 softmax: failed"), (name, w.text[-1500:])
+            # a hang or an exit fails softmax; killing the server (possible under the student's own uid, refused
+            # under a separate one) may leave softmax itself passing but costs the stages graded after it
+            assert w.wait_for("failed ("), (name, w.text[-1500:])
             w.clear()
             (sub / "softmax.py").write_text(good)
-            assert w.wait_for("stage 1 softmax: passed"), (name, w.text[-1500:])
+            assert w.wait_for("Next step: every stage passes"), (name, w.text[-1500:])  # the whole kit again
     finally:
         assert w.stop() == 0
 
