@@ -1,7 +1,5 @@
 # Every entry point of the kit. `make grade` and `make test` set themselves up on a fresh machine.
-PYTHON ?= python3
-VENV   ?= .venv
-PY     := $(VENV)/bin/python
+include setup.mk
 SUBMISSION ?= exercises
 STAGE  ?=
 SEED   ?= 0
@@ -26,8 +24,8 @@ help:
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
 
 $(VENV)/.student: requirements-student.txt
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+	@$(MAKE_VENV)
+	$(INSTALL) requirements-student.txt
 	@$(PY) -m compileall -q autograder attn_ref >/dev/null  # bytecode now: each grade starts ~25 ms sooner
 	@touch $@
 

@@ -24,6 +24,11 @@ class StudentAPI:
         self.called.append(name)
         return functools.partial(self.worker.call, TARGETS[name])
 
+    def measure(self, name: str, *args, **kwargs):
+        """(value, peak bytes) of `name` run alone in a fresh child (sandbox.Worker.measure)."""
+        self.called.append(name)
+        return self.worker.measure(TARGETS[name], *args, **kwargs)
+
 
 class ReferenceAPI:
     """attn_ref's function for every declared name that has one (ImportError where attn_ref is absent)."""

@@ -5,6 +5,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+WINDOWS = """\
+This kit runs on Linux, macOS and Windows through WSL2, not on Windows itself: its sandbox needs
+process limits and signals that Windows does not have. To use WSL2 (Ubuntu):
+  1. In PowerShell as administrator: wsl --install   (then restart, and open "Ubuntu")
+  2. In Ubuntu: sudo apt update && sudo apt install -y make python3.12 python3.12-venv git
+  3. Clone the repository inside Ubuntu (e.g. ~/attention, not /mnt/c/...) and run the same make
+     commands there (make grade, make submit). Editors such as VS Code open WSL folders directly."""
 
 
 def use_color() -> bool:
@@ -122,6 +129,9 @@ def _class_report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.platform == "win32":  # before anything that needs resource, fcntl or fork
+        print(WINDOWS, file=sys.stderr)
+        return 1
     p = argparse.ArgumentParser(prog="python -m autograder", description="Grade the attention exercises.")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade a submission folder or zip")

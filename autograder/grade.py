@@ -17,7 +17,7 @@ from .fixtures import Replayer, load
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
 from .safe_files import problem
-from .sandbox import Worker
+from .sandbox import Worker, protections
 from .sources import reached_files
 from .stages import FUNCTIONS, STAGE, STAGES, checks_to_run, mistakes_of, stage_of_file
 
@@ -75,6 +75,7 @@ class Results:
     seed: int
     seconds: float = 0.0
     pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
+    protections_off: list[str] = field(default_factory=list)  # sandbox.protections: what this machine lacks
 
     def _core(self, bonus: bool) -> list[StageResult]:
         return [s for n, s in self.stages.items() if STAGE[n].bonus == bonus]
@@ -294,4 +295,4 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         sr = StageResult(s.name, found[s.name])
         decide_status(sr, done, submission)
         done[s.name] = sr
-    return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn)
+    return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn, protections_off=protections())

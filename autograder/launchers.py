@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -33,6 +34,7 @@ class Launched:
     results: int  # file descriptor
     reap: Callable[[float | None], int | None]  # exit code (negative: the signal), None while it runs
     forked: bool = False  # by the fork server: its result FIFO reads as ended until the child opens it
+    peak_bytes: int | None = None  # once reaped: its peak resident memory, as the kernel counted it
 
 
 def copy_child_files(dest: Path) -> Path:
@@ -83,47 +85,131 @@ def sandbox_uid() -> int | None:
     return SANDBOX_UID_BASE + (os.getpid() % 2000) * 256 + next(_uids) % 256
 
 
-def kill_everything(token: str, uid: int | None) -> None:
-    """End every process the child started: by its marker in the environment, and by its uid."""
+def _psutil():
+    """psutil where it can see this machine's processes (it reads /proc on Linux, sysctl on macOS), else None."""
+    try:
+        import psutil
+
+        return psutil if os.getpid() in psutil.pids() else None
+    except Exception:  # noqa: BLE001 - not installed, or no /proc: the sweep falls back to the process group
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs (empty where processes cannot be listed)."""
+    ps = _psutil()
+    if ps is None:
+        return []
+    try:
+        return [p.pid for p in ps.Process(pid).children(recursive=True)]
+    except Exception:  # noqa: BLE001 - it has just ended, or cannot be read
+        return []
+
+
+def sweep_notes(uid: int | None) -> list[str]:
+    """What the sweep of a child's processes cannot do here (empty where it is complete)."""
+    if uid is not None or _psutil() is not None:
+        return []
+    return ["the sweep of leftover processes covers the child's process group only (the grader cannot list "
+            "this system's processes: no /proc, or no psutil)"]
+
+
+def kill_everything(token: str, uid: int | None, tree: list[int] = ()) -> None:
+    """End every process the child started: every process of its uid (when sandboxed under one), the tree
+    found under it before it was ended, and any process carrying its marker in the environment."""
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
     for _ in range(2):  # twice: a process may have forked while we looked
         if uid is not None:
             subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        needle = f"ATTN_GRADE_TOKEN={token}".encode()
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or int(pid) == os.getpid():
+        ps = _psutil()
+        if ps is None:
+            continue
+        needle = f"ATTN_GRADE_TOKEN={token}"
+        for proc in ps.process_iter():
+            if proc.pid == os.getpid():
                 continue
             try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if needle in f.read():
-                        os.kill(int(pid), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
+                env = proc.environ()
+                if f"ATTN_GRADE_TOKEN={env.get('ATTN_GRADE_TOKEN')}" == needle:
+                    proc.kill()
+            except Exception:  # noqa: BLE001 - gone, or not ours to read
                 continue
+
+
+def interpreter() -> list[str]:
+    """How a child's interpreter starts: this one, isolated (no user site, no PYTHON* variables, no
+    bytecode written), with this process's -W options (a test under -W error holds the children to it)."""
+    return [sys.executable, "-I", "-B", *(f"-W{w}" for w in sys.warnoptions)]
+
+
+def fork_is_safe() -> bool:
+    """Whether a warm server may fork children after importing numpy and torch. Not on macOS (Accelerate
+    and libdispatch are not fork-safe), not where there is no fork; ATTN_NO_FORK=1 says so by hand."""
+    return hasattr(os, "fork") and sys.platform != "darwin" and not os.environ.get("ATTN_NO_FORK")
+
+
+def peak_bytes(rusage) -> int:
+    """ru_maxrss in bytes: the kernel counts kilobytes on Linux, bytes on macOS."""
+    return int(rusage.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
 
 
 class SubprocessLauncher:
-    """A new interpreter per child: `python -I -B worker.py`, entering the policy before exec."""
+    """A new interpreter per child: `python -I -B worker.py`, entering the policy before exec. Also what
+    watch and regrade use where forking a warm server is not safe (fork_is_safe): slower, never unsafe."""
+
+    forks = False
 
     def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
                uid: int | None, log) -> Launched:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)],
+            [*interpreter(), str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=(req_r, res_w), cwd=scratch, env=env,
             start_new_session=True, preexec_fn=lambda: policy.enter(limits, uid),  # noqa: PLW1509
         )
         os.close(req_r)
         os.close(res_w)
+        launched = Launched(pid=proc.pid, requests=req_w, results=res_r, reap=lambda t=None: None)
 
         def reap(timeout: float | None = None) -> int | None:
-            try:
-                return proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return None
+            """Wait for the exit (wait4: the kernel's count of its peak memory comes with it)."""
+            if proc.returncode is not None:
+                return proc.returncode
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    pid, status, usage = os.wait4(proc.pid, os.WNOHANG if deadline is not None else 0)
+                except ChildProcessError:
+                    return proc.returncode
+                if pid:
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    launched.peak_bytes = peak_bytes(usage)
+                    return proc.returncode
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.005)
 
-        return Launched(pid=proc.pid, requests=req_w, results=res_r, reap=reap)
+        launched.reap = reap
+        return launched
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def warm_launcher(lock=None) -> "ForkServer | SubprocessLauncher":
+    """What a session of many grades (watch, regrade) starts its children with: a fork server where
+    forking is safe, else a new interpreter per child (fork_is_safe)."""
+    return ForkServer(lock) if fork_is_safe() else SubprocessLauncher()
 
 
 class ForkServer:
@@ -132,11 +218,13 @@ class ForkServer:
     Processes forked after it started may share it when it was given a multiprocessing lock:
     one request and its reply at a time, whichever process asks."""
 
+    forks = True
+
     def __init__(self, lock=None) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("fork_server.py")
         self.home.chmod(0o755)
-        self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(script)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*interpreter(), str(script)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.home, env=kept_env(), start_new_session=True)
         self.lock = lock or threading.Lock()
         if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
@@ -173,13 +261,18 @@ class ForkServer:
             "req_fifo": str(requests), "res_fifo": str(results)}})["pid"]
         req_w = os.open(requests, os.O_RDWR)  # never blocks, even before the child opens it
 
+        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None, forked=True)
+
         def reap(timeout: float | None = None) -> int | None:
             try:
-                return self.ask({"wait": pid})["status"]
+                reply = self.ask({"wait": pid, "timeout": 2 if timeout is None else timeout})
             except ServerGone:
                 return None
+            launched.peak_bytes = reply.get("peak_bytes")
+            return reply["status"]
 
-        return Launched(pid=pid, requests=req_w, results=res_r, reap=reap, forked=True)
+        launched.reap = reap
+        return launched
 
     def close(self) -> None:
         try:

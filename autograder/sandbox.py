@@ -15,15 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .child.policy import Limits
+from .child.policy import Limits, plan
 from .launchers import (
     ForkServer,
     Launched,
     SubprocessLauncher,
     copy_child_files,
+    descendants,
+    fork_is_safe,
     kept_env,
     kill_everything,
     sandbox_uid,
+    separate_user_possible,
+    sweep_notes,
 )
 from .outcomes import StudentCrash, StudentError, StudentTimeout
 from .safe_files import UnusableFile, read_bytes
@@ -33,6 +37,25 @@ OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
            signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
+
+
+_NOTES: dict = {}
+
+
+def protections(limits: Limits | None = None) -> list[str]:
+    """Which protections of the sandbox this machine turns off or weakens, one sentence each; empty on
+    Linux as usual. Found once per process (the limits tried on this process's soft values, the sweep's
+    reach, whether a warm server may fork) and said once in the report."""
+    limits = limits or Limits()
+    key = tuple(limits.as_dict().values())
+    if key not in _NOTES:
+        uid = 0 if separate_user_possible() else None
+        notes = plan(limits, uid) + sweep_notes(uid)
+        if not fork_is_safe():
+            notes.append("watch and regrade start a new interpreter per child instead of forking a warm one "
+                         "(forking after numpy and torch is not safe here): slower, the same grades")
+        _NOTES[key] = notes
+    return list(_NOTES[key])
 
 
 class Worker:
@@ -50,10 +73,6 @@ class Worker:
         self.child: Launched | None = None
         self._next_id = 0
         self._buf = b""
-
-    @property
-    def pid(self) -> int | None:
-        return self.child.pid if self.child else None
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -86,11 +105,12 @@ class Worker:
     def close(self) -> None:
         if self.child is None:
             return
+        tree = descendants(self.child.pid)  # found before the child ends: its orphans are harder to find
         try:
             os.killpg(self.child.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        kill_everything(self.token, self.uid)
+        kill_everything(self.token, self.uid, tree)
         self.child.reap(None)
         for fd in (self.child.requests, self.child.results):
             try:
@@ -100,6 +120,29 @@ class Worker:
         self._log.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.child = None
+
+    def measure(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> tuple[Any, int | None]:
+        """Call `target` in a fresh child of its own that ends after this one call: its value, and the
+        child's peak resident memory in bytes as the kernel counted it for its whole life (read here, in
+        the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
+        system does not count it."""
+        fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
+        try:
+            value = fresh.call(target, *args, timeout=timeout, **kwargs)
+            os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
+            fresh.child.requests = -1
+            deadline = time.monotonic() + 5
+            while fresh.child.reap(0.2) is None and time.monotonic() < deadline:
+                pass
+            if fresh.child.peak_bytes is None:  # it would not end by itself: end it (its count survives)
+                try:
+                    os.killpg(fresh.child.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                fresh.child.reap(2)
+            return value, fresh.child.peak_bytes
+        finally:
+            fresh.close()
 
     def output_tail(self, n: int = 600) -> str:
         try:

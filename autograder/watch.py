@@ -46,21 +46,21 @@ class Session:
     sandbox as `make grade`). A grade runs in a thread; a save while it runs cancels it."""
 
     def __init__(self, folder: Path, timeout: float, color: bool, out) -> None:
-        from .launchers import ForkServer
+        from .launchers import warm_launcher
 
         self.folder, self.timeout, self.color, self.out = folder, timeout, color, out
         self.kit: dict = {}  # every stage's latest StageResult, for the whole-kit line
-        self.server = ForkServer()
+        self.server = warm_launcher()  # a fork server, or new interpreters where forking is not safe
         self.cancel = threading.Event()
         self.workers: dict = {}
         self.lock = threading.Lock()
 
     def _server(self):
-        from .launchers import ForkServer
+        from .launchers import warm_launcher
 
         if not self.server.alive():  # a submission running as the student's user killed it: start another
             self.server.close()
-            self.server = ForkServer()
+            self.server = warm_launcher()
         return self.server
 
     def _grade(self, stages: list[str]):
@@ -94,7 +94,8 @@ class Session:
                 return
             self.kit.update(res.stages)
             found = {**(merged.stages if merged else {}), **res.stages}
-            merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed)
+            merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed,
+                             protections_off=res.protections_off)
             pending = [n for p in phases[i + 1:] for n in p]
             self.out.write((CLEAR if i == 0 else HOME) + screen(merged, self.kit, stages, self.color, pending)
                            + ERASE + "\n")

@@ -54,12 +54,12 @@ def stubs_result():
 class Watching:
     """`python -m autograder watch` on a folder, its output collected as it comes (`text`), stopped with Ctrl-C."""
 
-    def __init__(self, folder: Path, *args: str) -> None:
+    def __init__(self, folder: Path, *args: str, env: dict | None = None) -> None:
         import subprocess
         import threading
 
         self.proc = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(folder), *args],
-                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.seen: list[str] = []
         threading.Thread(target=lambda: self.seen.extend(iter(lambda: self.proc.stdout.read(1), "")),
                          daemon=True).start()

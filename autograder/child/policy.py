@@ -1,11 +1,19 @@
 """The sandbox policy, in one place: what a child may use, and the uid it drops to.
 
 Applied in the child before it loads any student code, whether it was started by subprocess
-(as its preexec step) or forked by the fork server. Standard library only.
+(as its preexec step) or forked by the fork server. Standard library only, and importable
+everywhere: where a limit does not exist (Windows has no `resource`) or the system refuses it
+(macOS refuses an address-space limit), the child goes on without it; `plan` says which, so the
+parent can tell the student once. A hard limit lower than the kit's (a shared server's
+`ulimit -v`) is kept: the child gets the lower one, never a raised one.
 """
 import os
-import resource
 from dataclasses import asdict, dataclass
+
+try:
+    import resource
+except ImportError:  # Windows: no resource limits at all
+    resource = None
 
 
 @dataclass
@@ -22,14 +30,83 @@ class Limits:
         return asdict(self)
 
 
+# (name in reports, Limits field, resource constant's name): the limits enter() applies, in order
+RLIMITS = (("CPU time", "cpu_s", "RLIMIT_CPU"), ("memory (address space)", "memory_bytes", "RLIMIT_AS"),
+           ("output size", "output_bytes", "RLIMIT_FSIZE"), ("core dumps", None, "RLIMIT_CORE"),
+           ("process count", "processes", "RLIMIT_NPROC"))
+
+
+def _wanted(limits: Limits, field: str | None, name: str) -> int:
+    if field is None:
+        return 0
+    value = getattr(limits, field)
+    return value + 5 if name == "RLIMIT_CPU" else value  # the hard CPU limit: a few seconds past SIGXCPU
+
+
+def _amount(field: str, value: int) -> str:
+    if field.endswith("bytes"):
+        return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
+    return f"{value} s" if field == "cpu_s" else str(value)
+
+
+def _capped(wanted: int, hard: int) -> int:
+    """The kit's value, or the account's hard limit where that is lower (never raised above it)."""
+    infinity = resource.RLIM_INFINITY
+    return wanted if hard == infinity or hard < 0 else min(wanted, hard)
+
+
+def plan(limits: Limits, uid: int | None) -> list[str]:
+    """What differs on this machine from the kit's limits, one sentence each (empty on Linux as usual).
+
+    Run in the parent, changing nothing that lasts: each limit is tried on this process's soft value
+    (at or below its hard value, so it can be put back) and restored at once; what the system refuses
+    here, it refuses in the child too."""
+    if resource is None:
+        return ["no resource limits on this system (CPU time, memory, output size): a runaway call is "
+                "stopped by the per-call time limit only"]
+    notes = []
+    for name, field, const in RLIMITS:
+        if const == "RLIMIT_NPROC" and uid is None:
+            continue  # counted per user: only a child under its own uid gets it
+        res = getattr(resource, const, None)
+        if res is None:
+            notes.append(f"no {name} limit on this system")
+            continue
+        try:
+            soft, hard = resource.getrlimit(res)
+            value = _capped(_wanted(limits, field, const), hard)
+            resource.setrlimit(res, (value, hard))
+            resource.setrlimit(res, (soft, hard))
+        except (ValueError, OSError) as e:
+            notes.append(f"{name} limit off: the system refuses it ({e})")
+            continue
+        if field and value < _wanted(limits, field, const):
+            notes.append(f"{name} limit lowered to this account's hard limit: {_amount(field, value)} (the kit "
+                         f"asks {_amount(field, _wanted(limits, field, const))}); a call needing more fails "
+                         "with MemoryError or is stopped" if field == "memory_bytes" else
+                         f"{name} limit lowered to this account's hard limit: {_amount(field, value)} (the kit "
+                         f"asks {_amount(field, _wanted(limits, field, const))})")
+    return notes
+
+
 def enter(limits: Limits, uid: int | None) -> None:
-    """Apply the limits and, when a uid is given (the grader runs as root), become that user."""
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    """Apply the limits the system allows and, when a uid is given (the grader runs as root), become
+    that user. Never raises for a refused limit: `plan` has already said which ones are off."""
+    if resource is not None:
+        for _, field, const in RLIMITS:
+            res = getattr(resource, const, None)
+            if res is None or (const == "RLIMIT_NPROC" and uid is None):
+                continue
+            try:
+                _, hard = resource.getrlimit(res)
+                value = _capped(_wanted(limits, field, const), hard)
+                if const == "RLIMIT_CPU":  # SIGXCPU at the soft limit, the kill a few seconds later
+                    resource.setrlimit(res, (max(value - 5, 1), value))
+                else:
+                    resource.setrlimit(res, (value, value))
+            except (ValueError, OSError):
+                pass
     if uid is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)

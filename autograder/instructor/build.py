@@ -52,9 +52,7 @@ def record_fixtures() -> dict:
 
 STUDENT_MAKEFILE = """\
 # Attention, stage by stage: the student repo. `make grade` sets itself up on first use.
-PYTHON ?= python3
-VENV   ?= .venv
-PY     := $(VENV)/bin/python
+include setup.mk
 SUBMISSION ?= exercises
 STAGE  ?=
 
@@ -69,8 +67,8 @@ help:
 \t@echo "make report                  write report.html: failing cells, heatmaps of your weights"
 
 $(VENV)/.student: requirements-student.txt
-\t@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-\t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-student.txt
+\t@$(MAKE_VENV)
+\t$(INSTALL) requirements-student.txt
 \t@$(PY) -m compileall -q autograder >/dev/null
 \t@touch $@
 
@@ -170,6 +168,7 @@ def release(out: Path = DIST / "student") -> Path:
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
+    shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     (out / "Makefile").write_text(STUDENT_MAKEFILE)
     (out / "README.md").write_text(student_readme())
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ..grade import grade
-from ..launchers import ForkServer
+from ..launchers import ForkServer, SubprocessLauncher, fork_is_safe, warm_launcher
 from ..report.gradescope_json import results_json
 from ..stages import STAGES
 from ..submission import locate
@@ -28,14 +28,15 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
 
 
-_zygote: ForkServer | None = None  # the batch's fork server, shared by the grading processes forked after it
+_zygote: ForkServer | SubprocessLauncher | None = None  # the batch's fork server, shared by the grading processes
 
 
-def _server() -> ForkServer:
-    """The fork server to use: the shared one while it answers, else one of this process's own."""
+def _server() -> ForkServer | SubprocessLauncher:
+    """The fork server to use: the shared one while it answers, else one of this process's own (where forking
+    is not safe, a launcher of new interpreters: see launchers.fork_is_safe)."""
     global _zygote
     if _zygote is None or not _zygote.alive():
-        _zygote = ForkServer()
+        _zygote = warm_launcher()
         multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
     return _zygote
 
@@ -86,10 +87,11 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     # one GIL), all sharing one fork server that imports numpy and torch once for the whole batch
     # (one torch-sized process instead of one per core)
     global _zygote
-    fork = multiprocessing.get_context("fork")
-    _zygote = ForkServer(lock=fork.Lock())
+    # where forking is not safe (macOS), the grading processes are spawned and start their children anew
+    context = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
+    _zygote = warm_launcher(lock=context.Lock())
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=fork) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
             for fut in as_completed(futures):
                 p = futures[fut]

@@ -44,6 +44,10 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.extend(f"  {stage}: {note}" for stage, note in notes)
     for sr in res.stages.values():
         lines.extend(failure_lines(sr, res, verbose, c))
+    if res.protections_off:
+        lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
+                  "work is at risk; the course's grader runs with all of them):"]
+        lines.extend(f"  - {note}" for note in res.protections_off)
     lines += ["", c("1", "Next step: ") + next_step(res)]
     return "\n".join(lines)
 

@@ -26,4 +26,5 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
                if line.startswith(("  Diagnosis", "  x ", "      "))][:12]
     statuses = {n: sr.status for n, sr in kit.items()}
     step = "grading the stages that use it ..." if pending else next_step(res, statuses)
-    return "\n".join(lines + [""] + details + ["", "Next step: " + step])
+    off = [f"  (this machine: {note})" for note in res.protections_off]
+    return "\n".join(lines + [""] + details + ["", "Next step: " + step] + off)
