@@ -49,18 +49,22 @@ class ReferenceAPI:
 class Context:
     """What a check gets besides the API: seeded randomness, the reference and the known mistakes.
 
-    Public checks always draw from seed 0, so their expected values can ship as fixtures;
-    hidden checks draw from the grading seed.
+    Where the expected values come from recorded fixtures (the student repo: `fixed_public`), public
+    checks draw from seed 0, the seed the fixtures were recorded with. Where the reference is at hand
+    (the autograder, the full repo) every check draws from the grading seed, so there is no answer
+    that could be looked up in the fixtures the release ships.
     """
 
-    def __init__(self, seed: int, ref, mistakes, submission) -> None:
+    def __init__(self, seed: int, ref, mistakes, submission, fixed_public: bool = False) -> None:
         self.seed = seed
         self.ref = ref
         self.mistakes = mistakes
         self.submission = submission
+        self.fixed_public = fixed_public
 
     def for_check(self, visibility: str) -> "Context":
-        return Context(0 if visibility == "public" else self.seed, self.ref, self.mistakes, self.submission)
+        seed = 0 if visibility == "public" and self.fixed_public else self.seed
+        return Context(seed, self.ref, self.mistakes, self.submission, self.fixed_public)
 
     def rng(self, tag: str) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(tag.encode())])

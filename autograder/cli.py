@@ -1,6 +1,7 @@
 """python -m autograder {grade,hint,worked,submit,regrade}."""
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -113,10 +114,16 @@ def _submit(args) -> int:
 
 
 def _regrade(args) -> int:
-    from .instructor.regrade import regrade
+    from .instructor.regrade import Untrusted, regrade
 
-    out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, args.secret, args.seed, args.timeout,
-                  anonymize=args.anonymize)
+    # the secret comes from a file or the environment, never the command line (any user can read another's argv)
+    secret = Path(args.secret_file).read_text().strip() if args.secret_file else os.environ.get("ATTN_SECRET")
+    try:
+        out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, secret, args.seed, args.timeout,
+                      anonymize=args.anonymize, trust=args.trust)
+    except Untrusted as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {out / 'summary.csv'}, {out / 'class-report.html'}, {out / 'diagnoses.csv'} and one results JSON "
           f"per submission in {out}/")
     return 0
@@ -163,9 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("folder")
     r.add_argument("--out", help="where to write summary.csv and the JSON files (default FOLDER-results)")
     r.add_argument("--jobs", type=int, help="submissions graded at once (default: the number of cores)")
-    r.add_argument("--secret", help="derive each hidden-check seed from this and the submission, as the zip does")
+    r.add_argument("--secret-file", help="a file holding the course secret: each hidden-check seed is derived from it "
+                   "and the submission, as the zip does (or set ATTN_SECRET; never pass the secret itself as an argument)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--timeout", type=float, default=10.0)
+    r.add_argument("--trust", action="store_true", help="run the submissions even where nothing separates them "
+                   "from your account (not root): only for code you trust")
     r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")
     r.set_defaults(fn=_regrade)
     c = sub.add_parser("class-report", help="class-report.html and diagnoses.csv from a folder of results JSONs")

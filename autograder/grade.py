@@ -16,10 +16,10 @@ from .api import Context, ReferenceAPI, StudentAPI
 from .fixtures import Replayer, load
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
-from .safe_files import problem
+from .safe_files import UnusableFile, problem, read_bytes
 from .sandbox import Worker, protections
 from .sources import reached_files
-from .stages import FUNCTIONS, STAGE, STAGES, checks_to_run, mistakes_of, stage_of_file
+from .stages import FUNCTIONS, STAGE, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 
 NIE = "NotImplementedError"
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -76,6 +76,7 @@ class Results:
     seconds: float = 0.0
     pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
     protections_off: list[str] = field(default_factory=list)  # sandbox.protections: what this machine lacks
+    ignored_files: list[str] = field(default_factory=list)  # .py files that are not stage modules (never run)
 
     def _core(self, bonus: bool) -> list[StageResult]:
         return [s for n, s in self.stages.items() if STAGE[n].bonus == bonus]
@@ -147,12 +148,24 @@ def describe_error(error: dict, submission: Path, stage: str | None = None) -> s
     return f"raised {error['type']}: {error['message']}{where}"
 
 
+def refused_why(submission: Path, file: str) -> str | None:
+    """Why the import and introspection rule refuses this stage file (static_check), or None."""
+    from .static_check import describe, refusals
+
+    try:
+        found = refusals(read_bytes(submission / file), {f.removesuffix(".py") for f in SUBMISSION_FILES})
+    except UnusableFile:
+        return None
+    return describe(file, found) if found else None
+
+
 def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
               public_only: bool = False) -> list[CheckResult]:
     results: list[CheckResult] = []
     problems = {f: problem(submission / f) for f in STAGE[stage].files}
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
+    unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
     aborted = None
     for c in checks_to_run(stage, public_only):
         api.called = []
@@ -250,7 +263,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
-    ctx = Context(seed, ref, mistakes, submission)
+    ctx = Context(seed, ref, mistakes, submission, fixed_public=isinstance(ref, Replayer))
     wanted = [s for s in STAGES if stages is None or s.name in stages]
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
     found: dict[str, list[CheckResult]] = {}
@@ -295,4 +308,6 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         sr = StageResult(s.name, found[s.name])
         decide_status(sr, done, submission)
         done[s.name] = sr
-    return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn, protections_off=protections())
+    ignored = sorted(p.name for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)
+    return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn, protections_off=protections(),
+                   ignored_files=ignored)

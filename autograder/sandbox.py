@@ -98,7 +98,7 @@ class Worker:
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
-        self._buf, self._ready = b"", False
+        self._buf, self._ready, self._vetted = b"", False, False
         self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                           self._log)
 
@@ -158,6 +158,12 @@ class Worker:
 
         if self.child is None:
             self.start()
+        if not self._vetted:  # before the child imports anything of the submission (it does so lazily)
+            from .stages import SUBMISSION_FILES
+            from .static_check import vet
+
+            vet(self.scratch / PACKAGE, SUBMISSION_FILES)
+            self._vetted = True
         self._next_id += 1
         req_id = self._next_id
         try:

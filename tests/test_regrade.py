@@ -7,6 +7,9 @@ import pytest
 from conftest import EXERCISES, SOLUTIONS, variant
 
 from autograder.instructor.regrade import regrade
+from autograder.launchers import separate_user_possible
+
+TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 
 
 def test_regrade_folder(tmp_path):
@@ -17,7 +20,7 @@ def test_regrade_folder(tmp_path):
     shutil.copytree(variant(tmp_path / "v", {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}),
                     batch / "carol")
     (batch / "dave.zip").write_text("not a zip at all")
-    out = regrade(batch, jobs=2, quiet=True)
+    out = regrade(batch, jobs=2, quiet=True, trust=TRUST)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"alice", "bob", "carol", "dave.zip"}
     assert float(rows["alice"]["total"]) == 100 and float(rows["bob"]["total"]) == 0
@@ -69,7 +72,7 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
     shutil.move(str(variant(tmp_path / "k", killer)), batch / "aaron")
     for name in ("alice", "bob", "carol", "dave"):
         shutil.copytree(SOLUTIONS, batch / name)
-    out = regrade(batch, jobs=2, quiet=True)
+    out = regrade(batch, jobs=2, quiet=True, trust=TRUST)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"aaron", "alice", "bob", "carol", "dave"}
     for name in ("alice", "bob", "carol", "dave"):

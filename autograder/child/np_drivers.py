@@ -117,13 +117,3 @@ def tiled_key_rows(n, block, d=8, *, pkg):
         for obj, name, value in saved:
             setattr(obj, name, value)
     return {"read": int(sum(log)), "all": int(n * n)}
-
-
-def signature_defaults(target, *, pkg):
-    """The default values of a student's function (or class constructor) "module:name", as reprs."""
-    import inspect
-
-    module, name = target.split(":")
-    obj = getattr(_mod(pkg, module), name)
-    params = inspect.signature(obj).parameters
-    return {p.name: repr(p.default) for p in params.values() if p.default is not inspect.Parameter.empty}

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..static_check import RULE as STATIC_RULE
 from ..stages import STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +141,19 @@ The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded 
 - Each call of your code has 10 seconds; code that hangs, crashes or exits loses that stage's
   remaining checks, and every other stage is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
+
+## What your code may use
+
+{STATIC_RULE}, with the line and this rule in the report. Only the stage modules in the table
+above are graded: any other `.py` file is ignored (the report names it), so keep helpers inside them.
+
+## Supported systems
+
+Linux, macOS (Intel and Apple silicon) and Windows through WSL2 (`wsl --install`, then work inside
+Ubuntu), with Python 3.11 to 3.13: `make grade` takes the first of python3.13, python3.12, python3.11
+and python3 that is 3.11 or newer (`make grade PYTHON=...` names another). Where your system lacks a
+protection of the grader's sandbox (macOS refuses a memory limit; there is no /proc), grading goes on
+without it and the report says which, once: on your own machine only your own work is at risk.
 
 This repo runs the public checks. The autograder runs them too, and more checks of the same kinds on
 inputs you have not seen: a solution that is right in general passes them.

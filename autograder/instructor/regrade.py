@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from ..grade import grade
-from ..launchers import ForkServer, SubprocessLauncher, fork_is_safe, warm_launcher
+from ..launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
 from ..report.gradescope_json import results_json
 from ..stages import STAGES
 from ..submission import locate
@@ -74,9 +74,26 @@ class Progress:
             self.stream.flush()
 
 
+class Untrusted(Exception):
+    """regrade was asked to run others' code where nothing separates it from the instructor's account."""
+
+
+UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing separates it from your account "
+             "(the grader is not root, so no submission gets a user of its own): a submission could read, change or "
+             "delete anything you can (other submissions, the results, your home folder, this checkout) and leave "
+             "processes behind. Regrade as root on Linux (each submission then runs under a uid of its own), in a "
+             "container, or on Gradescope; or, if you trust every submission in {folder}, say so: TRUST=1 "
+             "(python -m autograder regrade --trust).")
+
+
 def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secret: str | None = None,
-            seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False) -> Path:
+            seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
+            trust: bool = False) -> Path:
+    """Raises Untrusted before running anything where no boundary exists between the submissions and the
+    instructor (launchers.separate_user_possible), unless `trust`."""
     folder = Path(folder)
+    if not trust and not separate_user_possible():
+        raise Untrusted(UNTRUSTED.format(folder=folder))
     out = Path(out) if out else folder.with_name(folder.name + "-results")
     out.mkdir(parents=True, exist_ok=True)
     subs = entries(folder)

@@ -44,6 +44,9 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.extend(f"  {stage}: {note}" for stage, note in notes)
     for sr in res.stages.values():
         lines.extend(failure_lines(sr, res, verbose, c))
+    if res.ignored_files:
+        lines += ["", f"Ignored (not stage modules, never run): {', '.join(res.ignored_files)}. Only the stage "
+                  "modules are graded; put helpers inside them."]
     if res.protections_off:
         lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
                   "work is at risk; the course's grader runs with all of them):"]

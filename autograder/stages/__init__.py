@@ -39,8 +39,8 @@ CHECKS: list[Check] = [c for s in STAGES for c in s.checks]
 CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
 BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
 FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions}
-# two helpers every stage may call, besides the functions the stages declare
-TARGETS: dict[str, str] = {"warmup": "driver:warmup", "signature_defaults": "npdriver:signature_defaults",
+# a helper every stage may call (loads torch early), besides the functions the stages declare
+TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}

@@ -39,8 +39,16 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     stage's functions returned: a stub that returns nothing earns nothing here."""
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
         raise Fail("the stage's functions return None: write them first (their defaults count then)")
+    from ..safe_files import read_bytes
+    from ..static_check import source_defaults
+
     for target, defaults in want.items():
-        got = api.signature_defaults(target)
+        module, name = target.split(":")
+        # read from the source (never from the running object, whose signature the submission could forge)
+        got = source_defaults(read_bytes(api.worker.submission / f"{module}.py"), name)
+        if got is None:
+            raise Fail(f"{module}.py has no `def {name}` or `class {name}` at its top level that the name still "
+                       "holds (not rebound by an assignment or import): the defaults are read from that definition")
         bad = {k: got.get(k, "no default") for k, v in defaults.items() if got.get(k) != v}
         if bad:
             name = target.split(":")[1]

@@ -1,0 +1,178 @@
+"""What a stage module may use, checked on its source before any of it runs.
+
+The stage modules compute attention: they need numpy, torch, math, typing and each other (plus a few
+pure helpers of the standard library, such as dataclasses). Whatever could reach the grader that
+measures them, the files of the machine or the interpreter's insides is refused, with the line and
+the rule: other imports (os, sys, importlib, inspect, gc, ctypes, threading, tracemalloc, ...),
+the builtins that open files or run strings as code, frame and dunder attributes that lead out of
+the module, and the file and extension corners of numpy and torch. The rule is the student README's
+"What your code may use" (RULE below, word for word).
+"""
+import ast
+from dataclasses import dataclass
+
+RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
+        "dataclasses, functools, itertools, collections, abc, enum, numbers and each other, and nothing "
+        "else; they may not open files, run strings as code (eval, exec, compile, __import__) or reach "
+        "into frames, globals or dunder attributes such as __globals__ and __subclasses__. A module "
+        "that does is refused before any of it runs")
+ALLOWED_MODULES = {"numpy", "torch", "math", "typing", "__future__", "dataclasses", "functools", "itertools",
+                   "collections", "abc", "enum", "numbers"}
+REFUSED_NAMES = {"eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "breakpoint",
+                 "input", "help", "memoryview", "__builtins__", "__loader__", "__spec__"}
+# attributes, on any object: numpy's and torch's file, process and extension parts, frames, code objects
+REFUSED_ATTRIBUTES = {
+    "tofile", "fromfile", "dump", "dumps", "save", "savez", "savez_compressed", "savetxt", "load", "loadtxt",
+    "genfromtxt", "fromregex", "memmap", "open_memmap", "ctypes", "ctypeslib", "f2py", "DataSource", "npyio",
+    "from_file", "hub", "multiprocessing", "cpp_extension", "load_library", "_C", "classes", "library", "package",
+    "distributed", "serialization", "storage", "untyped_storage", "data_ptr", "gi_frame", "gi_code", "cr_frame",
+    "ag_frame", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "co_code"}
+ALLOWED_DUNDERS = {"__init__", "__call__", "__name__", "__class__", "__len__", "__repr__", "__str__", "__doc__",
+                   "__getitem__", "__setitem__", "__iter__", "__next__", "__enter__", "__exit__", "__post_init__",
+                   "__qualname__", "__module__", "__annotations__"}
+ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
+
+
+@dataclass
+class Refusal:
+    line: int
+    what: str  # e.g. "import os"
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.what}"
+
+
+def _module_allowed(name: str, own: set[str]) -> bool:
+    top = name.split(".")[0]
+    if top in own:
+        return True
+    if top not in ALLOWED_MODULES:
+        return False
+    return not (set(name.split(".")[1:]) & REFUSED_ATTRIBUTES)
+
+
+def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
+    """What in `source` the rule refuses (empty: the module may run). `own` names the submission's
+    modules (importable by name or relatively). A file that does not parse is left to the grader, which
+    says where the syntax error is."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found: list[Refusal] = []
+
+    def refuse(node: ast.AST, what: str) -> None:
+        found.append(Refusal(getattr(node, "lineno", 0), what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _module_allowed(alias.name, own):
+                    refuse(node, f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # from .masking import attention: the submission's own modules
+                if node.module and node.module.split(".")[0] not in own:
+                    refuse(node, f"from {'.' * node.level}{node.module} import ...")
+                continue
+            module = node.module or ""
+            names = [f"{module}.{a.name}" for a in node.names]
+            if not _module_allowed(module, own) or any(not _module_allowed(n, own) for n in names):
+                refuse(node, f"from {module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Name) and node.id in REFUSED_NAMES:
+            refuse(node, f"{node.id}")
+        elif isinstance(node, ast.Attribute):
+            attr = node.attr
+            if attr in REFUSED_ATTRIBUTES:
+                refuse(node, f".{attr}")
+            elif attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
+                refuse(node, f".{attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_BUILTINS:
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                refuse(node, f"{node.func.id}() with a computed attribute name")
+            elif name.value in REFUSED_ATTRIBUTES or (name.value.startswith("__") and name.value not in ALLOWED_DUNDERS):
+                refuse(node, f"{node.func.id}(..., {name.value!r})")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
+            refuse(node, "a path under /proc")
+    return sorted(found, key=lambda r: r.line)
+
+
+def describe(file: str, found: list[Refusal]) -> str:
+    """The message for a refused file: where, what, and where the rule is written."""
+    shown = "; ".join(str(r) for r in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    return (f"{file} was refused before any of it ran: {shown}. Only numpy, torch, math, typing, a few pure "
+            "helpers and your other stage modules may be used (README, 'What your code may use')")
+
+
+def vet(folder, files: list[str]) -> dict[str, str]:
+    """Make a sandbox's copy of a submission safe to import, before any of it has been: files that are not
+    stage modules are removed, and a refused module is replaced by one that raises ImportError with the
+    reason. Returns {file: why} for what it changed."""
+    from pathlib import Path
+
+    own, changed = {f.removesuffix(".py") for f in files}, {}
+    for path in sorted(Path(folder).glob("*.py")):
+        if path.name not in files:
+            path.unlink()
+            changed[path.name] = "not a stage module: ignored"
+            continue
+        found = refusals(path.read_bytes(), own)
+        if found:
+            why = describe(path.name, found)
+            path.write_text(f"raise ImportError({why!r})\n")
+            changed[path.name] = why
+    return changed
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local names of imported modules and objects: {"F": "torch.nn.functional", "float32": "torch.float32"}."""
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _written(node: ast.expr, aliases: dict[str, str]) -> str:
+    """A default value as the contract writes it: literals by their repr (20_000 -> 20000), dotted names
+    with their imports resolved (T.float32 or float32 -> torch.float32)."""
+    try:
+        return repr(ast.literal_eval(node))
+    except (ValueError, SyntaxError, TypeError):
+        text = ast.unparse(node)
+    head, _, rest = text.partition(".")
+    return aliases[head] + ("." + rest if rest else "") if head in aliases else text
+
+
+def source_defaults(source: bytes | str, name: str) -> dict[str, str] | None:
+    """The default values of top-level function `name`, or of class `name`'s constructor (its __init__, or a
+    dataclass's fields), read from the source: what a call without those arguments gets. None when the
+    file does not define `name` with a def or class statement."""
+    tree = ast.parse(source)
+    aliases = _aliases(tree)
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+             and n.name == name]
+    if not found:
+        return None
+    rebound = [n for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import,
+                                                      ast.ImportFrom))
+               and name in {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+               | {(a.asname or a.name) for a in getattr(n, "names", [])}]
+    if rebound:  # the name holds something else than the def at run time: its defaults are not these
+        return None
+    node = found[-1]  # as at run time: the last definition wins
+    if isinstance(node, ast.ClassDef):
+        init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+        if not init:  # a dataclass: its annotated fields with values
+            return {n.target.id: _written(n.value, aliases) for n in node.body
+                    if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None}
+        node = init[-1]
+    args = node.args
+    positional = args.posonlyargs + args.args
+    out = {a.arg: _written(d, aliases) for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults)}
+    out.update({a.arg: _written(d, aliases) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return out

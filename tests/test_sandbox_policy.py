@@ -1,0 +1,120 @@
+"""What a submission may use (autograder/static_check.py), and measurements it cannot reach: each hostile
+submission here gains nothing and costs only its own stage; correct code from elsewhere keeps every point."""
+import pytest
+from conftest import ROOT, SOLUTIONS, grade, variant
+
+from autograder.api import Context
+from autograder.stages import SUBMISSION_FILES
+from autograder.static_check import RULE, refusals, source_defaults
+
+OWN = {f.removesuffix(".py") for f in SUBMISSION_FILES}
+SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
+SOFTMAX_IMPORT = "import numpy as np\n"
+# each a way of reaching past the stage module: its refusal names the line
+ESCAPES = {
+    "dynamic import of torch": "import importlib\nT = importlib.import_module('tor' + 'ch')\n",
+    "__import__": "T = __import__('tor' + 'ch')\n",
+    "the caller's frame (fixture lookup)": "import sys\nF = sys._getframe\n",
+    "inspect": "import inspect\n",
+    "tracemalloc reset": "import tracemalloc\ntracemalloc.reset_peak()\n",
+    "os": "import os\n",
+    "ctypes through numpy": "P = np.zeros(1).ctypes\n",
+    "a file through numpy": "np.array([53], dtype=np.uint8).tofile('/tmp/x')\n",
+    "subclasses escape": "E = ().__class__.__bases__[0].__subclasses__()\n",
+    "globals of a function": "G = np.asarray.__globals__\n",
+    "computed getattr": "G = getattr(np, '__dict' + '__')\n",
+    "open": "open('/etc/passwd')\n",
+    "the grader's modules": "import autograder.child.drivers\n",
+    "a helper file of its own": "from .answers import ANSWERS\n",
+    "a signature forged": "def f(x=0):\n    return x\nf.__signature__ = None\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_each_escape_is_refused_with_its_line(name):
+    source = "import numpy as np\n\n" + ESCAPES[name]
+    found = refusals(source, OWN)
+    assert found and found[0].line >= 3, (name, found)
+
+
+def test_correct_code_from_elsewhere_is_not_refused():
+    folders = [ROOT / "solutions", ROOT / "exercises", ROOT / "tests" / "outside"]
+    for path in (p for folder in folders for p in folder.glob("*.py")):
+        assert refusals(path.read_bytes(), OWN) == [], path
+    nanogpt_style = ("import math\nimport inspect_me\n" if False else "import math\nfrom dataclasses import dataclass\n"
+                     "import torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n"
+                     "class A(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                     "        self.flash = hasattr(torch.nn.functional, 'scaled_dot_product_attention')\n"
+                     "        self.register_buffer('bias', torch.tril(torch.ones(4, 4)).view(1, 1, 4, 4))\n"
+                     "    def forward(self, x):\n        y = torch.einsum('bhqd,bhkd->bhqk', x, x) * (1.0 / math.sqrt(4))\n"
+                     "        return y.masked_fill(self.bias[:, :, :4, :4] == 0, float('-inf')).softmax(dim=-1)\n")
+    assert refusals(nanogpt_style, OWN) == []
+
+
+def test_a_refused_stage_fails_alone_and_says_why(tmp_path):
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_IMPORT, SOFTMAX_IMPORT + ESCAPES["dynamic import of torch"])]})
+    res = grade(sub, stages=["softmax", "projections", "scaling"])
+    sm = res.stages["softmax"]
+    assert sm.score == 0 and all("softmax.py was refused before any of it ran: line" in r.message for r in sm.checks)
+    assert all("import importlib" in r.message for r in sm.checks)
+    assert res.stages["projections"].status == res.stages["scaling"].status == "passed"
+
+
+def test_the_rule_is_in_the_student_readme():
+    from autograder.instructor.build import student_readme
+
+    assert RULE in student_readme()
+
+
+def test_extra_files_are_never_run(tmp_path):
+    """An extra module (say, answers recorded offline) is left out of the sandbox copy, and named."""
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_IMPORT, SOFTMAX_IMPORT + "from answers import ANSWERS\n")]})
+    (sub / "answers.py").write_text("ANSWERS = {}\n")
+    res = grade(sub, stages=["softmax", "scaling"])
+    assert res.stages["softmax"].score == 0
+    assert "answers.py" in res.ignored_files
+    assert res.stages["scaling"].status == "passed"
+
+
+def test_defaults_are_read_from_the_source(tmp_path):
+    """The defaults check reads the def, never the running object (whose signature code can forge): a name
+    rebound after its def holds something else, and does not count."""
+    assert source_defaults("import torch as T\ndef f(a, b=20_000, *, c=T.float32, d=None):\n    pass\n", "f") == \
+        {"b": "20000", "c": "torch.float32", "d": "None"}
+    assert source_defaults("from dataclasses import dataclass\n@dataclass\nclass C:\n    a: int\n    b: int = 1\n",
+                           "C") == {"b": "1"}
+    assert source_defaults("def f(axis=-1):\n    pass\ng = f\nf = g\n", "f") is None
+    forged = variant(tmp_path, {"softmax.py": [("def softmax(scores: np.ndarray, axis: int = -1)",
+                                                "def _softmax(scores: np.ndarray, axis: int = 0)")]})
+    (forged / "softmax.py").write_text((forged / "softmax.py").read_text() + "\n\ndef softmax(scores, axis=-1):\n"
+                                       "    return _softmax(scores, axis)\n\n\nsoftmax = _softmax\n")
+    res = grade(forged, stages=["softmax"])
+    defaults = [r for r in res.stages["softmax"].checks if r.check.name == "keeps_the_defaults"]
+    assert defaults and not defaults[0].passed and "rebound" in defaults[0].message
+
+
+def test_public_checks_draw_from_the_grading_seed_where_the_reference_is():
+    """On the autograder no input is the one the release's fixtures answer: public checks use the grading
+    seed there, and seed 0 only where their answers come from the fixtures (the student repo)."""
+    assert Context(7, None, None, None).for_check("public").seed == 7
+    assert Context(7, None, None, None, fixed_public=True).for_check("public").seed == 0
+    assert Context(7, None, None, None, fixed_public=True).for_check("hidden").seed == 7
+    res = grade(SOLUTIONS, stages=["softmax", "masking"], seed=12345)
+    assert res.score == res.max_score  # correct code passes on any seed's public inputs
+
+
+def test_a_decoy_sdpa_call_does_not_hide_the_scores_from_the_memory_check(tmp_path):
+    """The fused memory check reads the kernel's count of a fresh child's peak from the parent: a hand-written
+    softmax(q k^T) v with a decoy 1 x 1 SDPA call still shows its T x T scores."""
+    decoy = ("    F.scaled_dot_product_attention(q[..., :1, :], k[..., :1, :], v[..., :1, :], is_causal=True)\n"
+             "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
+             "    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])\n"
+             "    keep = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
+             "    return torch.softmax(s.masked_fill(~keep, float('-inf')), dim=-1) @ v\n")
+    src = (SOLUTIONS / "fused.py").read_text()
+    head = src[:src.index("    T_q, T_k = q.shape[-2], k.shape[-2]\n")]
+    sub = variant(tmp_path, {})
+    (sub / "fused.py").write_text(("import math\n" if "import math" not in head else "") + head + decoy)
+    res = grade(sub, stages=["fused"])
+    mem = [r for r in res.stages["fused"].checks if r.check.name == "no_quadratic_memory"][0]
+    assert not mem.passed and "raised peak memory by" in mem.message, mem.message
