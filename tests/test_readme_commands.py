@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLUTIONS, copy_repo
+from conftest import ROOT, SOLUTIONS, copy_repo, share_venv
 
 TABLE_ROW = re.compile(r"^\| `([^`]+)` \|", re.M)
 SH_BLOCK = re.compile(r"```sh\n(.*?)```", re.S)
@@ -87,8 +87,7 @@ def check(cmd: str, out: str, cwd: Path) -> None:
 def repo(tmp_path_factory):
     if not (ROOT / ".venv" / ".instructor").exists():
         pytest.skip("needs the .venv that `make test` sets up")
-    dest = copy_repo(tmp_path_factory.mktemp("readme") / "repo")
-    (dest / ".venv").symlink_to(ROOT / ".venv")
+    dest = share_venv(copy_repo(tmp_path_factory.mktemp("readme") / "repo"), ".instructor")
     for name in ("alice", "bob"):
         shutil.copytree(SOLUTIONS, dest / "batch" / name)
     return dest
