@@ -26,6 +26,7 @@ class Located:
     folder: Path
     notes: list[str] = field(default_factory=list)  # files found twice or at a deeper level, and which was graded
     shown: dict[str, str] = field(default_factory=dict)  # stage file -> its name as uploaded
+    label: str = ""  # the upload's name, for a temporary folder (a zip's name)
 
 
 def choose(paths: list[PurePosixPath]) -> tuple[dict[str, PurePosixPath], list[str]]:
@@ -88,7 +89,7 @@ def survey(path: Path, as_uploaded: bool = False) -> Located:
         for name, p in chosen.items():
             with contextlib.suppress(UnusableFile):  # then its stage says why it is missing
                 (out / name).write_bytes(read_bytes(path / p))
-        found, as_uploaded = Located(out, notes, shown), True
+        found, as_uploaded = Located(out, notes, shown, path.name), True
     if as_uploaded:
         show(found)
     return found
@@ -96,8 +97,10 @@ def survey(path: Path, as_uploaded: bool = False) -> Located:
 
 def show(found: Located) -> None:
     """Make every message name the located files as the student uploaded them."""
-    for name, shown in found.shown.items():
-        for folder in {found.folder, found.folder.resolve()}:
+    for folder in {found.folder, found.folder.resolve()}:
+        if found.label:
+            SHOWN[folder] = found.label
+        for name, shown in found.shown.items():
             SHOWN[folder / name] = shown
 
 
@@ -130,7 +133,7 @@ def unzip_survey(path: Path) -> Located:
                 data = src.read(MAX_FILE_BYTES + 1)  # the declared size may lie
             if len(data) <= MAX_FILE_BYTES:
                 (out / name).write_bytes(data)
-    found = Located(out, notes, {name: str(p) for name, p in chosen.items()})
+    found = Located(out, notes, {name: str(p) for name, p in chosen.items()}, path.name)
     show(found)
     return found
 
