@@ -18,7 +18,7 @@ help:
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make release                 the student repo in dist/student"
-	@echo "make autograder [SECRET=..]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
+	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
@@ -38,7 +38,7 @@ $(VENV)/.instructor: requirements-instructor.txt $(VENV)/.dev
 	@touch $@
 
 grade: $(VENV)/.student
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON)) $(if $(V),--verbose)
+	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
 
 hint: $(VENV)/.student
 	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
@@ -70,7 +70,8 @@ release: $(VENV)/.student
 	$(PY) -m autograder.instructor.build release --out dist/student
 
 autograder: $(VENV)/.student
-	$(PY) -m autograder.instructor.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET))
+	$(PY) -m autograder.instructor.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET)) \
+		$(if $(HIDDEN_VISIBILITY),--hidden-visibility $(HIDDEN_VISIBILITY))
 
 gradescope-local: $(VENV)/.student
 	@test -n "$(SUBMISSION_PATH)$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)

@@ -31,10 +31,11 @@ def _grade(args) -> int:
     path = Path(args.submission)
     guess = path.resolve() if path.is_dir() and any(path.glob("*.py")) else None
     workers = prestart(guess, stages, args.timeout) if guess else {}
-    from .submission import locate
+    from .submission import survey
 
     try:
-        sub = locate(path).resolve()
+        found = survey(path)
+        sub = found.folder.resolve()
     except (FileNotFoundError, ValueError) as e:
         for w in workers.values():
             w.close()
@@ -49,7 +50,8 @@ def _grade(args) -> int:
     from .report.terminal import terminal
     from .stages import STAGE
 
-    unknown = [s for s in stages or [] if s not in STAGE]
+    required = [s.strip() for s in (args.require_pass or "").split(",") if s.strip()]
+    unknown = [s for s in [*(stages or []), *required] if s not in STAGE]
     if unknown:
         for w in workers.values():
             w.close()
@@ -57,6 +59,8 @@ def _grade(args) -> int:
         return 2
 
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))
+    for note in found.notes:
+        print(f"note: {note}")
     print(terminal(res, verbose=args.verbose, color=use_color()))
     from .hints import remember_run
 
@@ -68,7 +72,15 @@ def _grade(args) -> int:
 
         write_html(res, Path(args.html))
         print(f"wrote {args.html}")
-    return 0
+    return required_failures(res, required)
+
+
+def required_failures(res, required: list[str]) -> int:
+    """1 when a stage named with --require-pass did not pass (GitHub Classroom's steps read the exit status)."""
+    failing = [s for s in required if s not in res.stages or res.stages[s].status != "passed"]
+    if failing:
+        print(f"required to pass, and not passing: {', '.join(failing)}")
+    return 1 if failing else 0
 
 
 def _watch(args) -> int:
@@ -149,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
     g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")
+    g.add_argument("--require-pass", metavar="STAGES",
+                   help="exit 1 unless these stages pass (comma-separated; for CI such as GitHub Classroom)")
     g.set_defaults(fn=_grade)
     wt = sub.add_parser("watch", help="re-grade the affected stages whenever a file is saved")
     wt.add_argument("--submission", default=str(ROOT / "exercises"))

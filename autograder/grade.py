@@ -18,7 +18,7 @@ from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
 from .registry import Check
 from .safe_files import UnusableFile, problem, read_bytes
 from .sandbox import Worker, protections
-from .sources import reached_files
+from .sources import reached_files, rel
 from .stages import FUNCTIONS, STAGE, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 
 NIE = "NotImplementedError"
@@ -131,12 +131,12 @@ def explain(diagnosis: str) -> str:
 
 
 def describe_error(error: dict, submission: Path, stage: str | None = None) -> str:
-    where = f" at {submission / error['file']}:{error['line']}" if error.get("file") else ""
+    where = f" at {rel(submission / error['file'])}:{error['line']}" if error.get("file") else ""
     origin, first = stage_of_file(error.get("file")), error.get("entry")
     if stage and origin and error.get("file") not in STAGE[stage].files and first and first["file"] != error["file"]:
         # raised in an earlier stage's code that this stage's function called: say both
         where += (f", in stage {STAGE[origin].number} ({origin})'s code, called from your {first['function']} "
-                  f"at {submission / first['file']}:{first['line']}")
+                  f"at {rel(submission / first['file'])}:{first['line']}")
     if error["type"] == NIE:
         return f"not implemented yet{where} ({error['message']})"
     if error["type"] == "ContractError":

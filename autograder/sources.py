@@ -25,8 +25,15 @@ def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
     return None
 
 
+# a path the grader reads -> how the student uploaded it (a zip's member, a file of Gradescope's upload):
+# filled in by submission.survey, so that no message names a temporary copy
+SHOWN: dict[Path, str] = {}
+
+
 def rel(path: Path) -> str:
-    """Relative to the working directory when inside it, else absolute."""
+    """As the student uploaded it where known, else relative to the working directory when inside it, else absolute."""
+    if Path(path) in SHOWN:
+        return SHOWN[Path(path)]
     try:
         r = os.path.relpath(path)
     except ValueError:

@@ -1,56 +1,141 @@
 """Finding the stage modules in what a student hands in, and packing `make submit`'s zip."""
+import contextlib
 import hashlib
 import json
+import os
 import stat
 import tempfile
 import zipfile
-from pathlib import Path
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 
 from . import KIT_VERSION
 from .safe_files import MAX_FILE_BYTES, UnusableFile, problem, read_bytes
+from .sources import SHOWN
 from .stages import SUBMISSION_FILES as STAGE_FILES
 
 MAX_UNZIPPED = 5 * 2**20
+SKIPPED_FOLDERS = {"__pycache__", "autograder", "attn_ref", "node_modules", "venv"}  # never the student's work
+
+
+@dataclass
+class Located:
+    """Where the graded stage modules are, and what the upload held besides (named as uploaded)."""
+
+    folder: Path
+    notes: list[str] = field(default_factory=list)  # files found twice or at a deeper level, and which was graded
+    shown: dict[str, str] = field(default_factory=dict)  # stage file -> its name as uploaded
+    label: str = ""  # the upload's name, for a temporary folder (a zip's name)
+
+
+def choose(paths: list[PurePosixPath]) -> tuple[dict[str, PurePosixPath], list[str]]:
+    """The copy of each stage file to grade: files come from the shallowest level that holds stage files
+    (at that level, a folder named exercises/ or submission/, else the one holding most of them), and
+    every other copy of a stage file is named in a note."""
+    found = [p for p in paths if p.name in STAGE_FILES]
+    if not found:
+        return {}, []
+    top = min(len(p.parts) for p in found)
+    per_folder = Counter(p.parent for p in found if len(p.parts) == top)
+
+    def rank(p: PurePosixPath) -> tuple:
+        return p.parent.name != "exercises", p.parent.name != "submission", -per_folder[p.parent], str(p)
+
+    chosen: dict[str, PurePosixPath] = {}
+    for p in sorted((p for p in found if len(p.parts) == top), key=rank):
+        chosen.setdefault(p.name, p)
+    notes = []
+    for name in sorted({p.name for p in found}):
+        others = ", ".join(str(p) for p in sorted(found, key=str) if p != chosen.get(name) and p.name == name)
+        if others and name in chosen:
+            notes.append(f"{name} is in the upload more than once: graded {chosen[name]}, ignored {others}")
+        elif others:
+            notes.append(f"ignored {others}: only the shallowest level that holds stage files is graded "
+                         f"({', '.join(sorted({str(c.parent) for c in chosen.values()}))}); put {name} there")
+    return chosen, notes
+
+
+def _walk(root: Path) -> list[PurePosixPath]:
+    """Every file under `root`, relative to it, not following links, skipping the kit's and tools' folders."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.startswith("."))
+        out += [PurePosixPath(Path(folder, f).relative_to(root).as_posix()) for f in files]
+    return out
+
+
+def survey(path: Path, as_uploaded: bool = False) -> Located:
+    """The folder to grade in `path` (a folder or a zip), with notes on duplicates and ignored copies.
+    A zip, or a level spread over several folders, is copied into a temporary folder, and the messages
+    then name each file as uploaded; `as_uploaded` does the same for a folder (Gradescope's upload)."""
+    path = Path(path)
+    if path.is_file() and zipfile.is_zipfile(path):
+        return unzip_survey(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: not a folder or a zip file")
+    chosen, notes = choose(_walk(path))
+    zips = sorted(path.glob("*.zip"))
+    if not chosen and zips:  # e.g. the submission.zip that `make submit` wrote, uploaded as is
+        return unzip_survey(zips[0])
+    if not chosen:
+        return Located(path)
+    shown = {name: str(p) for name, p in chosen.items()}
+    folders = {p.parent for p in chosen.values()}
+    if len(folders) == 1:
+        found = Located(path / folders.pop(), notes, shown)
+    else:
+        out = Path(tempfile.mkdtemp(prefix="attn-sub-"))
+        for name, p in chosen.items():
+            with contextlib.suppress(UnusableFile):  # then its stage says why it is missing
+                (out / name).write_bytes(read_bytes(path / p))
+        found, as_uploaded = Located(out, notes, shown, path.name), True
+    if as_uploaded:
+        show(found)
+    return found
+
+
+def show(found: Located) -> None:
+    """Make every message name the located files as the student uploaded them."""
+    for folder in {found.folder, found.folder.resolve()}:
+        if found.label:
+            SHOWN[folder] = found.label
+        for name, shown in found.shown.items():
+            SHOWN[folder / name] = shown
 
 
 def locate(path: Path) -> Path:
-    """A folder holding the stage modules: `path` itself, its `exercises/` or a zip's contents."""
-    path = Path(path)
-    if path.is_file() and zipfile.is_zipfile(path):
-        return locate(unzip(path))
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: not a folder or a zip file")
-    for candidate in (path, path / "exercises", path / "submission"):
-        if any((candidate / f).is_file() for f in STAGE_FILES):
-            return candidate
-    zips = sorted(path.glob("*.zip"))
-    if zips:  # e.g. the submission.zip that `make submit` wrote, uploaded as is
-        return locate(unzip(zips[0]))
-    found = sorted({p.parent for f in STAGE_FILES for p in path.rglob(f)}, key=lambda p: len(p.parts))
-    return found[0] if found else path
+    """A folder holding the stage modules: `path` itself, a folder inside it or a zip's contents (see survey)."""
+    return survey(path).folder
 
 
 def unzip(path: Path) -> Path:
-    """Extract only the stage modules (flattened) as regular files, refusing oversized or odd members:
-    a symbolic link, a folder or a member over the size limit is left out (its stage then says it is missing)."""
+    """The stage modules of a zip, extracted into a temporary folder (see unzip_survey)."""
+    return unzip_survey(path).folder
+
+
+def unzip_survey(path: Path) -> Located:
+    """Extract the stage modules a zip holds at its shallowest level (see choose), flattened, as regular
+    files, refusing oversized or odd members: a symbolic link, a folder or a member over the size limit is
+    left out (its stage then says it is missing)."""
     out = Path(tempfile.mkdtemp(prefix="attn-sub-"))
     with zipfile.ZipFile(path) as z:
+        usable = {PurePosixPath(i.filename): i for i in z.infolist()
+                  if not i.is_dir() and not stat.S_ISLNK(i.external_attr >> 16) and i.file_size <= MAX_FILE_BYTES}
+        chosen, notes = choose(list(usable))
         total = 0
-        for info in z.infolist():
-            name = Path(info.filename).name
-            mode = info.external_attr >> 16
-            if name not in STAGE_FILES and name != "manifest.json" or info.is_dir() or stat.S_ISLNK(mode):
-                continue
-            if info.file_size > MAX_FILE_BYTES:
-                continue
+        for name, member in chosen.items():
+            info = usable[member]
             total += info.file_size
             if total > MAX_UNZIPPED:
-                raise ValueError(f"{path}: too large once unzipped")
+                raise ValueError(f"{path.name}: too large once unzipped")
             with z.open(info) as src:
                 data = src.read(MAX_FILE_BYTES + 1)  # the declared size may lie
             if len(data) <= MAX_FILE_BYTES:
                 (out / name).write_bytes(data)
-    return out
+    found = Located(out, notes, {name: str(p) for name, p in chosen.items()}, path.name)
+    show(found)
+    return found
 
 
 def make_zip(src: Path, dest: Path) -> list[str]:

@@ -1,5 +1,6 @@
 """exercises/ is generated from solutions/; `make submit` packs a gradable zip."""
 import json
+import shutil
 import zipfile
 
 from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
@@ -101,3 +102,47 @@ def test_gpu_check_proof_fails_for_a_hand_written_fused_call(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "fused kernel torch.float32: False no fused attention op ran" in p.stdout
+
+
+def test_survey_grades_the_shallowest_level_and_names_the_rest(tmp_path):
+    from autograder.submission import survey
+
+    up = tmp_path / "up"
+    shutil.copytree(SOLUTIONS, up / "exercises")
+    shutil.copytree(SOLUTIONS, up / "backup")  # the same level: found twice, exercises/ wins
+    (up / "exercises" / "old").mkdir()
+    (up / "exercises" / "old" / "softmax.py").write_text("stale")  # deeper: ignored
+    found = survey(up)
+    assert found.folder == up / "exercises"
+    note = next(n for n in found.notes if n.startswith("softmax.py"))
+    assert note == ("softmax.py is in the upload more than once: graded exercises/softmax.py, ignored "
+                    "backup/softmax.py, exercises/old/softmax.py")
+
+
+def test_a_level_spread_over_folders_is_merged(tmp_path):
+    from autograder.submission import survey
+
+    up = tmp_path / "up"
+    for name in ("softmax.py", "scaling.py"):
+        (up / name.removesuffix(".py")).mkdir(parents=True)
+        shutil.copy2(SOLUTIONS / name, up / name.removesuffix(".py") / name)
+    found = survey(up)
+    assert sorted(p.name for p in found.folder.iterdir()) == ["scaling.py", "softmax.py"]
+    assert found.shown == {"scaling.py": "scaling/scaling.py", "softmax.py": "softmax/softmax.py"}
+    res = grade(found.folder, stages=["softmax", "scaling"])
+    assert res.score == res.max_score
+
+
+def test_cli_prints_which_copy_it_graded(tmp_path):
+    import subprocess
+    import sys
+
+    z = tmp_path / "up.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        f.write(SOLUTIONS / "softmax.py", "softmax.py")
+        f.write(ROOT / "exercises" / "softmax.py", "old/softmax.py")
+    p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--submission", str(z), "--stage", "softmax",
+                        "--require-pass", "softmax"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "note: softmax.py is in the upload more than once: graded softmax.py, ignored old/softmax.py" in p.stdout
+    assert "12/12" in p.stdout and "attn-sub-" not in p.stdout

@@ -58,7 +58,8 @@ def test_solutions_full_marks_and_format(zip_path, tmp_path):
     data, scores = run_zip(zip_path, ROOT / "solutions", tmp_path)
     assert data["score"] == 100 and scores == FULL
     vis = {t["extra_data"]["visibility"]: t["visibility"] for t in data["tests"]}
-    assert vis == {"public": "visible", "hidden": "after_published"}
+    assert vis == {"public": "visible", "hidden": "visible"}  # the default: students see their total at once
+    assert "seed" not in data["output"] and str(data["extra_data"]["seed"]) not in data["output"]
 
 
 def test_submit_zip_and_exercises_folder_are_found(zip_path, tmp_path):
@@ -207,7 +208,7 @@ def test_orphan_processes_are_ended(zip_path, tmp_path):
 
 
 def test_hard_coded_worked_outputs_earn_only_worked_points(zip_path, tmp_path):
-    table = np.round(np.asarray(__import__("attn_ref").core.simple_self_attention(X)), 6).tolist()
+    table = np.round(np.asarray(__import__("attn_ref.core").core.simple_self_attention(X)), 6).tolist()
     hard = f"    if x.shape == (4, 4):\n        return np.array({table})\n    return np.zeros_like(x)\n"
     sub = variant(tmp_path, {"scores.py": [("    weights = softmax(dot_scores(x), axis=-1)  # [n, n], each row sums to 1\n",
                                             hard)]})
@@ -228,3 +229,96 @@ def test_zip_scores_agree_with_make_grade(zip_path, tmp_path):
         _, scores = run_zip(zip_path, sub, tmp_path / name)
         direct = grade(sub, seed=derive_seed(SECRET, sub))
         assert scores == {n: s.score for n, s in direct.stages.items()} and scores != FULL, name
+
+
+def test_results_are_markdown_numbered_and_tagged(zip_path, tmp_path):
+    data, _ = run_zip(zip_path, variant(tmp_path, {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}),
+                      tmp_path)
+    assert (data["output_format"], data["test_output_format"]) == ("md", "md")
+    assert (data["visibility"], data["stdout_visibility"]) == ("visible", "hidden")
+    from autograder.stages import STAGES
+
+    numbers = [f"{s.number}.{i}" for s in STAGES for i in range(1, len(s.checks) + 1)]
+    assert [t["number"] for t in data["tests"]] == numbers
+    assert all(t["tags"] == [t["extra_data"]["stage"], t["extra_data"]["kind"]] for t in data["tests"])
+    failing = next(t for t in data["tests"] if t["extra_data"]["diagnosis"] == "mask-top-left")
+    assert "**Diagnosis** mask-top-left: with fewer queries" in failing["output"]
+    block = failing["output"].split("```text\n")[1].split("\n```")[0]  # the evidence verbatim in a code block
+    assert "expected:\n[[1 1 1 1 0]\n [1 1 1 1 1]]\ngot:\n[[1 0 0 0 0]\n" in block
+    assert "| 5 | masking |" in data["output"] and "**Next step:**" in data["output"]
+
+
+def test_markdown_keeps_student_text_inert():
+    from autograder.report.gradescope_json import md_block, md_text
+
+    assert md_text("a *b* [c](d) `make hint`") == "a \\*b\\* \\[c\\](d) `make hint`"
+    assert md_text("- x\n2. y <b>") == "\\- x  \n2\\. y \\<b\\>"
+    block = md_block("raised ValueError: ```\n# not a heading")
+    assert block.startswith("````text\n") and block.endswith("\n````")
+
+
+@pytest.mark.parametrize("visibility", ["hidden", "after_due_date"])
+def test_hidden_visibility_is_chosen_at_build(tmp_path, visibility):
+    from autograder.instructor.build import main
+
+    z = tmp_path / "autograder.zip"
+    assert main(["autograder", "--out", str(z), "--secret", SECRET, "--hidden-visibility", visibility]) == 0
+    data, _ = run_zip(z, ROOT / "solutions", tmp_path)
+    assert {t["visibility"] for t in data["tests"] if t["extra_data"]["visibility"] == "hidden"} == {visibility}
+    assert {t["visibility"] for t in data["tests"] if t["extra_data"]["visibility"] == "public"} == {"visible"}
+    with pytest.raises(ValueError):
+        autograder_zip(tmp_path / "bad.zip", SECRET, "soon")
+
+
+def broken_zip(zip_path, dest, member: str, prefix: str):
+    """A copy of the zip whose `member` starts with `prefix` (a grader broken as an install could break it)."""
+    import zipfile
+
+    with zipfile.ZipFile(zip_path) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            out.writestr(info, (prefix.encode() + data) if info.filename == member else data)
+    return dest
+
+
+def test_grader_that_raises_at_import_still_writes_results(zip_path, tmp_path):
+    z = broken_zip(zip_path, tmp_path / "broken.zip", "autograder/grade.py", "raise ImportError('numpy is broken')\n")
+    data, = [json.loads(gradescope_local(ROOT / "solutions", z, tmp_path / "gs", python=sys.executable).read_text())]
+    assert data["score"] == 0 and data["tests"] == []
+    assert "autograder itself failed" in data["output"] and "not a problem with your code" in data["output"]
+    assert "ImportError: numpy is broken" in data["output"] and "course staff" in data["output"]
+
+
+def test_grader_whose_python_cannot_start_still_writes_results(zip_path, tmp_path):
+    out = gradescope_local(ROOT / "solutions", zip_path, tmp_path / "gs", python=str(tmp_path / "no-python"))
+    data = json.loads(out.read_text())
+    assert data["score"] == 0 and "autograder itself failed" in data["output"]
+
+
+def test_stale_copy_in_a_subfolder_is_ignored_and_named(zip_path, tmp_path):
+    import zipfile
+
+    z = tmp_path / "up" / "submission.zip"
+    z.parent.mkdir()
+    stale = (ROOT / "exercises" / "softmax.py").read_text()
+    with zipfile.ZipFile(z, "w") as f:
+        for p in sorted((ROOT / "solutions").glob("*.py")):
+            f.write(p, p.name)
+        f.writestr("old/softmax.py", stale)  # last in the zip: it used to be the one graded
+    data, scores = run_zip(zip_path, z, tmp_path)
+    assert scores["softmax"] == FULL["softmax"] and data["score"] == 100
+    assert "softmax.py is in the upload more than once: graded softmax.py, ignored old/softmax.py" in data["output"]
+    assert "/tmp" not in json.dumps(data) and "attn-sub-" not in json.dumps(data)
+
+
+def test_messages_name_files_as_uploaded(zip_path, tmp_path):
+    import zipfile
+
+    z = tmp_path / "up" / "submission.zip"
+    z.parent.mkdir()
+    with zipfile.ZipFile(z, "w") as f:
+        for p in sorted((ROOT / "exercises").glob("*.py")):
+            f.write(p, f"work/{p.name}")
+    data, _ = run_zip(zip_path, z, tmp_path)
+    text = json.dumps(data)
+    assert "work/softmax.py:" in text and "attn-sub-" not in text and "/tmp/" not in text

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLUTIONS, copy_repo
+from conftest import ROOT, SOLUTIONS, copy_repo, share_venv
 
 from autograder.launchers import separate_user_possible
 
@@ -35,8 +35,9 @@ EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make grade STAGE=masking": "masking",
     "make worked": "A-softmax-weights",
     "make hint": "Hint 1/",
-    "make release": Path("dist/student/Makefile"),
+    "make release": Path("dist/student/.github/workflows/classroom.yml"),
     "make autograder SECRET=readme-test": Path("dist/autograder.zip"),
+    "make autograder HIDDEN_VISIBILITY=after_due_date": Path("dist/autograder.zip"),
     "make gradescope-local SUBMISSION=solutions": Path("dist/gradescope-local/results/results.json"),
     "make regrade DIR=batch" + TRUST: Path("batch-results/class-report.html"),
     "make regrade DIR=batch ANONYMIZE=1" + TRUST: Path("batch-results/diagnoses.csv"),
@@ -91,8 +92,7 @@ def check(cmd: str, out: str, cwd: Path) -> None:
 def repo(tmp_path_factory):
     if not (ROOT / ".venv" / ".instructor").exists():
         pytest.skip("needs the .venv that `make test` sets up")
-    dest = copy_repo(tmp_path_factory.mktemp("readme") / "repo")
-    (dest / ".venv").symlink_to(ROOT / ".venv")
+    dest = share_venv(copy_repo(tmp_path_factory.mktemp("readme") / "repo"), ".instructor")
     for name in ("alice", "bob"):
         shutil.copytree(SOLUTIONS, dest / "batch" / name)
     return dest

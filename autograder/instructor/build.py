@@ -8,6 +8,7 @@ and a local run of that zip laid out like Gradescope (`make gradescope-local`).
 Never shipped to students: the release leaves out autograder/instructor/ as a folder.
 """
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -16,10 +17,12 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
-from ..static_check import RULE as STATIC_RULE
+from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..stages import STAGES
+from ..static_check import RULE as STATIC_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "autograder"
@@ -75,7 +78,7 @@ $(VENV)/.student: requirements-student.txt
 
 grade: $(VENV)/.student
 \t@$(PY) -m autograder grade --submission $(SUBMISSION) $(if $(STAGE),--stage $(STAGE)) \\
-\t\t$(if $(JSON),--json $(JSON)) $(if $(V),--verbose)
+\t\t$(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
 
 hint: $(VENV)/.student
 \t@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
@@ -166,6 +169,74 @@ Article A is "Attention from First Principles: One Complete Calculation"; Articl
 """
 
 
+CLASSROOM_TOTAL = 100  # GitHub Classroom reads each max-score as a whole number
+
+
+def classroom_points(points: dict[str, float] | None = None, total: int = CLASSROOM_TOTAL) -> dict[str, int]:
+    """Stage points (default: the core stages') scaled to whole numbers summing to `total`; the largest
+    remainders round up."""
+    points = points or {s.name: s.points for s in STAGES if not s.bonus}
+    exact = {n: x * total / sum(points.values()) for n, x in points.items()}
+    whole = {n: int(x) for n, x in exact.items()}
+    for n in sorted(exact, key=lambda n: whole[n] - exact[n])[:total - sum(whole.values())]:
+        whole[n] += 1
+    return whole
+
+
+def classroom_workflow() -> str:
+    """.github/workflows/classroom.yml: one command-grader step per core stage, then the grading reporter.
+    Each step's command exits 0 exactly when its stage passes in the student repo's own grader."""
+    steps, points = [], classroom_points()
+    for s in STAGES:
+        if s.bonus:
+            continue
+        steps.append(f"""\
+    - name: {s.number} {s.name}
+      id: {s.name}
+      uses: classroom-resources/autograding-command-grader@v1
+      with:
+        test-name: {s.number} {s.name}
+        setup-command: ''
+        command: make grade STAGE={s.name} REQUIRE={s.name}
+        timeout: 10
+        max-score: {points[s.name]}
+""")
+    ids = [s.name for s in STAGES if not s.bonus]
+    env = "".join(f"        {i.upper()}_RESULTS: \"${{{{steps.{i}.outputs.result}}}}\"\n" for i in ids)
+    return f"""\
+# GitHub Classroom autograding, written by `make release`: one test per core stage, worth its points.
+name: Autograding Tests
+'on':
+- push
+- workflow_dispatch
+- repository_dispatch
+permissions:
+  checks: write
+  actions: read
+  contents: read
+jobs:
+  run-autograding-tests:
+    runs-on: ubuntu-latest
+    if: github.actor != 'github-classroom[bot]'
+    steps:
+    - name: Checkout code
+      uses: actions/checkout@v4
+    - name: Set up Python
+      uses: actions/setup-python@v5
+      with:
+        python-version: '3.12'
+    - name: Install the grader
+      run: make .venv/.student
+{"".join(steps)}\
+    - name: Autograding Reporter
+      uses: classroom-resources/autograding-grading-reporter@v1
+      env:
+{env}\
+      with:
+        runners: {",".join(ids)}
+"""
+
+
 def release(out: Path = DIST / "student") -> Path:
     """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
     if out.exists():
@@ -185,6 +256,8 @@ def release(out: Path = DIST / "student") -> Path:
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     (out / "Makefile").write_text(STUDENT_MAKEFILE)
     (out / "README.md").write_text(student_readme())
+    (out / ".github" / "workflows").mkdir(parents=True)
+    (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")
     return out
 
@@ -193,37 +266,122 @@ def release(out: Path = DIST / "student") -> Path:
 
 SETUP_SH = """\
 #!/usr/bin/env bash
-# Gradescope runs this once, as root, on its Ubuntu 24.04 base image (choose that image: numpy 2.4
-# needs Python 3.11 or newer). The container has no GPU and little disk: torch is the CPU build.
+# Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu 22.04 or 24.04; no GPU,
+# little disk: torch is the CPU build). numpy 2.4 needs Python 3.11 or newer, and the sandbox runs student
+# code under a uid of its own, so the interpreter must be one other users can run (not under /root):
+# python3.13, 3.12 or 3.11 (or python3) on PATH, else the distribution's python3.12 or python3.11 with its
+# venv module from apt (24.04 has 3.12; 22.04's main archive has 3.11). AUTOGRADER_ROOT moves /autograder.
 set -euo pipefail
-apt-get update -qq
-apt-get install -y -qq python3 python3-venv python3-pip >/dev/null
-python3 -m venv /autograder/venv
-NUMPY=$(grep -E '^numpy==' /autograder/source/requirements-student.txt)
-TORCH=$(grep -E '^torch==' /autograder/source/requirements-student.txt)
-/autograder/venv/bin/pip install --no-cache-dir "$NUMPY"
-/autograder/venv/bin/pip install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
-/autograder/venv/bin/python -m compileall -q /autograder/source/autograder /autograder/source/attn_ref >/dev/null
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+CANDIDATES="python3.13 python3.12 python3.11 python3"
+# "<major>.<minor> <venv and ensurepip importable: 1|0> <others can run it and read its library: 1|0>"
+PROBE='
+import importlib.util, os, stat, sys, sysconfig
+def shared(path, bits):
+    for p in {os.path.abspath(path), os.path.realpath(path)}:
+        parents = [os.path.dirname(p)]
+        while parents[-1] != os.path.dirname(parents[-1]):
+            parents.append(os.path.dirname(parents[-1]))
+        if any(not os.stat(d).st_mode & stat.S_IXOTH for d in parents) or os.stat(p).st_mode & bits != bits:
+            return False
+    return True
+venv = all(importlib.util.find_spec(m) for m in ("venv", "ensurepip"))
+ok = shared(sys.executable, stat.S_IXOTH) and shared(sysconfig.get_path("stdlib"), stat.S_IROTH | stat.S_IXOTH)
+print("%d.%d %d %d" % (sys.version_info[0], sys.version_info[1], venv, ok))
+'
+
+probe() {
+    "$1" -c "$PROBE" 2>/dev/null || echo "0.0 0 0"
+}
+
+# The first candidate on PATH that is 3.11+, has venv and can be run by other users.
+pick_python() {
+    local name path version venv shared
+    for name in $CANDIDATES; do
+        path=$(command -v "$name") || continue
+        read -r version venv shared <<<"$(probe "$path")"
+        if [ "${version%%.*}" = 3 ] && [ "${version#*.}" -ge 11 ] && [ "$venv" = 1 ] && [ "$shared" = 1 ]; then
+            echo "$path"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# The distribution's packages: python3.12 (Ubuntu 24.04), else python3.11 (22.04), each with its venv.
+install_python() {
+    local v
+    apt-get update -qq >/dev/null 2>&1 || true
+    for v in 3.12 3.11; do
+        if apt-get install -y -qq "python$v" "python$v-venv" >/dev/null 2>&1; then
+            hash -r
+            pick_python && return 0
+        fi
+    done
+    return 1
+}
+
+main() {
+    local py
+    if ! py=$(pick_python) && ! py=$(install_python); then
+        echo "setup.sh: FAILED: no Python 3.11+ with venv that other users can run ($CANDIDATES on PATH), and" \\
+             "apt-get could not install python3.12 or python3.11 with venv; choose Gradescope's Ubuntu 24.04" \\
+             "(or 22.04) base image" >&2
+        exit 1
+    fi
+    echo "setup.sh: making $ROOT/venv with $py ($(probe "$py" | cut -d' ' -f1))"
+    "$py" -m venv "$ROOT/venv"
+    NUMPY=$(grep -E '^numpy==' "$ROOT/source/requirements-student.txt")
+    TORCH=$(grep -E '^torch==' "$ROOT/source/requirements-student.txt")
+    PSUTIL=$(grep -E '^psutil==' "$ROOT/source/requirements-student.txt" | cut -d' ' -f1)
+    "$ROOT/venv/bin/pip" install --no-cache-dir "$NUMPY" $PSUTIL
+    "$ROOT/venv/bin/pip" install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+    "$ROOT/venv/bin/python" -m compileall -q "$ROOT/source/autograder" "$ROOT/source/attn_ref" >/dev/null
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then  # run, not sourced (the tests source it to call its functions)
+    main
+fi
 """
 
 RUN_AUTOGRADER = """\
 #!/usr/bin/env bash
 # Grades /autograder/submission into /autograder/results/results.json. AUTOGRADER_ROOT moves that
 # root (local runs); AUTOGRADER_PYTHON names the interpreter (default: the venv setup.sh made).
-set -euo pipefail
+# The grader writes results.json even when it fails; if its Python cannot run at all, this does.
+set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
-cd "$ROOT/source"
-exec "$PY" -m autograder.instructor.gradescope
+cd "$ROOT/source" || exit 1
+"$PY" -m autograder.instructor.gradescope
+status=$?
+if [ "$status" -ne 0 ]; then
+    echo "run_autograder: the grader's Python exited with status $status" >&2
+    cat > "$ROOT/results/results.json" <<'JSON'
+%s
+JSON
+fi
+exit 0
 """
 
 
-def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None) -> Path:
-    """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref and the course secret."""
+def fallback_results() -> str:
+    """The results.json run_autograder writes when the grader's Python cannot run (static JSON)."""
+    from .gradescope import failed_results
+
+    return json.dumps(failed_results(" (grader error: its Python could not start or was stopped)"))
+
+
+def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None,
+                   hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> Path:
+    """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref, the course secret and
+    the Gradescope visibility of the hidden checks."""
+    if hidden_visibility not in GRADESCOPE_VISIBILITIES:
+        raise ValueError(f"hidden visibility {hidden_visibility!r}: one of {', '.join(GRADESCOPE_VISIBILITIES)}")
     secret = secret or os.environ.get("COURSE_SECRET") or secrets.token_hex(16)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER)):
+        for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER % fallback_results())):
             info = zipfile.ZipInfo(name)
             info.external_attr = (0o755 | stat.S_IFREG) << 16
             z.writestr(info, text)
@@ -232,12 +390,15 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
                 z.write(path, str(path.relative_to(ROOT)))
         z.write(ROOT / "requirements-student.txt", "requirements-student.txt")
         z.writestr("course_secret", secret)
+        z.writestr("hidden_visibility", hidden_visibility)
     return out
 
 
 def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
-                     root: Path = DIST / "gradescope-local", python: str | None = None) -> Path:
-    """Lay out `root` like Gradescope's /autograder, run the zip's run_autograder there, return results.json."""
+                     root: Path = DIST / "gradescope-local", python: str | None = None,
+                     preexec: Callable[[], None] | None = None) -> Path:
+    """Lay out `root` like Gradescope's /autograder, run the zip's run_autograder there, return results.json.
+    `preexec` runs in the new process before run_autograder (e.g. to enter a cgroup with Gradescope's limits)."""
     if root.exists():
         for p in [root, *root.rglob("*")]:  # a previous run left these root-only
             if p.is_dir():
@@ -257,7 +418,7 @@ def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
         shutil.copy2(submission, sub / Path(submission).name)
     (root / "results").mkdir()
     env = {**os.environ, "AUTOGRADER_ROOT": str(root.resolve()), "AUTOGRADER_PYTHON": python or sys.executable}
-    subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True)
+    subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True, preexec_fn=preexec)
     return root / "results" / "results.json"
 
 
@@ -269,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("autograder")
     a.add_argument("--out", default=str(DIST / "autograder.zip"))
     a.add_argument("--secret", help="course secret for hidden-check seeds (default: $COURSE_SECRET or random)")
+    a.add_argument("--hidden-visibility", choices=GRADESCOPE_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
+                   help="when students see the hidden checks on Gradescope (default: %(default)s, so they see "
+                        "their total at once)")
     g = sub.add_parser("gradescope-local")
     g.add_argument("--submission", required=True)
     g.add_argument("--zip", default=str(DIST / "autograder.zip"))
@@ -277,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "release":
         print(f"wrote the student repo to {release(Path(args.out))}")
     elif args.cmd == "autograder":
-        print(f"wrote {autograder_zip(Path(args.out), args.secret)}")
+        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility)}")
     else:
         if not Path(args.zip).is_file():
             autograder_zip(Path(args.zip))

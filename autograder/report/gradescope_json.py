@@ -1,36 +1,101 @@
-"""Gradescope's results.json: one test per check, stage summaries in extra_data."""
+"""Gradescope's results.json: one test per check, written in Markdown, stage summaries in extra_data.
+
+Gradescope shows students `output` and each test's `output`, never `extra_data`."""
 import json
+import re
 from pathlib import Path
 
-from ..advice import next_step
-from ..grade import Results
-from ..stages import STAGE
+from ..advice import STATUS_WORD, next_step
+from ..grade import CheckResult, Results, StageResult
+from ..stages import STAGE, STAGES
+
+# Gradescope's visibility values: of the hidden checks (`make autograder HIDDEN_VISIBILITY=...`)
+GRADESCOPE_VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+DEFAULT_HIDDEN_VISIBILITY = "visible"  # Gradescope hides a student's total while any test is hidden
+_INLINE = re.compile(r"([\\`*_\[\]<>#|~])")  # emphasis, links, html, headings, tables, strike-through
+_BULLET = re.compile(r"^(\s*)([-+])(?=\s)", re.M)  # what would start a list
+_NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.M)
 
 
-def results_json(res: Results) -> dict:
-    tests = []
-    for sr in res.stages.values():
-        for r in sr.checks:
-            c = r.check
-            output = ("passed" + (f". {r.note}" if r.note else "")) if r.passed else f"{c.doc}\n{r.message}"
-            if sr.status == "blocked" and not r.passed:
-                output = f"blocked by {sr.blocked_by}: {output}"
-            tests.append({
-                "name": f"{STAGE[c.stage].number}. {c.stage}: {c.name}",
-                "score": c.points if r.passed else 0.0,
-                "max_score": c.points,
-                "status": "passed" if r.passed else "failed",
-                "output": output + (f"\nSee {c.cite}." if c.cite and not r.passed else ""),
-                "visibility": "visible" if c.visibility == "public" else "after_published",
-                "extra_data": {"stage": c.stage, "check": c.name, "kind": c.kind, "visibility": c.visibility,
-                               "diagnosis": r.diagnosis, "worked_id": c.worked_id},
-            })
+def md_text(text: str) -> str:
+    """`text` as a Markdown paragraph: its `code spans` kept, every other Markdown character escaped."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
+        parts = [text]
+    out = "".join(f"`{p}`" if i % 2 else _INLINE.sub(r"\\\1", p) for i, p in enumerate(parts))
+    return _NUMBERED.sub(r"\1\\.", _BULLET.sub(r"\1\\\2", out)).replace("\n", "  \n")
+
+
+def md_block(text: str) -> str:
+    """`text` verbatim in a fenced block, the fence longer than any run of backticks inside."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def check_output(r: CheckResult, sr: StageResult) -> str:
+    """A check's message in Markdown: what it checks, the diagnosis, then the evidence verbatim."""
+    c = r.check
+    if r.passed:
+        return "passed" + (f". {md_text(r.note)}" if r.note else "")
+    lines = r.message.splitlines()
+    parts = [f"blocked by {sr.blocked_by}" if sr.status == "blocked" else "", md_text(c.doc)]
+    if lines and lines[0].startswith("diagnosis "):
+        parts.append("**Diagnosis** " + md_text(lines.pop(0)[len("diagnosis "):]))
+    if lines:
+        parts.append(md_block("\n".join(lines)))
+    if c.cite:
+        parts.append(md_text(f"See {c.cite}."))
+    return "\n\n".join(p for p in parts if p)
+
+
+def summary(res: Results, notes: list[str] = ()) -> str:
+    """The top-level output in Markdown: the total, the stage table, notes on the upload, the next step."""
+    rows = [f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | {sr.score:g}/{sr.max_score:g} | "
+            f"{STATUS_WORD[sr.status]}{f' by {sr.blocked_by}' if sr.blocked_by else ''} |"
+            for s in STAGES if (sr := res.stages.get(s.name))]
+    total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
+                                                      "apart from the core points)" if res.bonus_max_score else "")
+    parts = [total, "| # | stage | points | status |\n|---|---|---|---|\n" + "\n".join(rows)]
+    if notes:
+        parts.append("\n".join(f"- {md_text(n)}" for n in notes))
+    parts.append("**Next step:** " + md_text(next_step(res)))
+    return "\n\n".join(parts)
+
+
+def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: str) -> dict:
+    c = r.check
+    number = STAGE[c.stage].number
+    return {
+        "name": f"{number}. {c.stage}: {c.name}",
+        "number": f"{number}.{index}",
+        "score": c.points if r.passed else 0.0,
+        "max_score": c.points,
+        "status": "passed" if r.passed else "failed",
+        "output": check_output(r, sr),
+        "output_format": "md",
+        "tags": [c.stage, c.kind],
+        "visibility": "visible" if c.visibility == "public" else hidden_visibility,
+        "extra_data": {"stage": c.stage, "check": c.name, "kind": c.kind, "visibility": c.visibility,
+                       "diagnosis": r.diagnosis, "worked_id": c.worked_id},
+    }
+
+
+def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, notes: list[str] = ()) -> dict:
+    """Gradescope's format. `hidden_visibility` is when students see the hidden checks; `notes` (what the
+    upload held twice, what was ignored) lead the summary."""
+    assert hidden_visibility in GRADESCOPE_VISIBILITIES, hidden_visibility
+    tests = [test_entry(r, sr, i, hidden_visibility) for sr in res.stages.values() for i, r in enumerate(sr.checks, 1)]
     return {
         "score": res.score,  # the core points; the bonus is reported apart
         "execution_time": round(res.seconds, 3),
-        "output": f"{res.score:g}/{res.max_score:g}. Next step: {next_step(res)}",
+        "output": summary(res, notes),
+        "output_format": "md",
+        "test_output_format": "md",
+        "visibility": "visible",  # each test sets its own; the summary is always shown
+        "stdout_visibility": "hidden",  # the grader's log is for the course staff
         "tests": tests,
-        "extra_data": {
+        "extra_data": {  # stored for the staff, never shown to students
             "seed": res.seed,
             "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score},
             "stages": {n: {"score": s.score, "max_score": s.max_score, "status": s.status,

@@ -1,0 +1,147 @@
+"""The Gradescope zip's setup.sh, run as Gradescope runs it, on fake machines: a PATH holding only fake
+interpreters, a fake apt-get and the few tools the script uses. Each test is one image: which Python
+the venv is made from, what apt-get was asked for, or the one line the build log shows when no
+Python 3.11+ can be had.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.instructor.build import SETUP_SH
+
+TOOLS = ("grep", "cut", "cat")
+
+
+def fake_python(path: Path, version: str, venv: bool = True, shared: bool = True) -> Path:
+    """An interpreter that answers setup.sh's probe as `version` would, and makes a venv that logs its calls."""
+    log = path.parent.parent / "calls.log"
+    fake_bin = (f'#!/bin/bash\necho "${{0##*/}} $*" >> {log}\n')
+    path.write_text(f'''#!/bin/bash
+if [ "$1" = -c ]; then echo "{version} {int(venv)} {int(shared)}"; exit 0; fi
+echo "{path.name} $*" >> {log}
+if [ "$1 $2" = "-m venv" ]; then
+    /bin/mkdir -p "$3/bin"
+    printf '%s' '{fake_bin}' > "$3/bin/pip"
+    printf '%s' '{fake_bin}' > "$3/bin/python"
+    /bin/chmod +x "$3/bin/pip" "$3/bin/python"
+fi
+''')
+    path.chmod(0o755)
+    return path
+
+
+def fake_apt(bin_dir: Path, available: dict[str, str]) -> None:
+    """apt-get that installs pythonX.Y (with venv) for the versions in `available` and fails for others."""
+    log = bin_dir.parent / "calls.log"
+    cases = "\n".join(f'    *python{v}-venv*) /bin/cp {src} {bin_dir}/python{v}; echo "apt-get $*" >> {log}; exit 0 ;;'
+                      for v, src in available.items())
+    (bin_dir / "apt-get").write_text(f'''#!/bin/bash
+case "$*" in
+    update*) exit 0 ;;
+{cases}
+esac
+echo "apt-get $* (unable to locate)" >> {log}
+exit 100
+''')
+    (bin_dir / "apt-get").chmod(0o755)
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """An /autograder root with the zip's files, a bin folder that is the whole PATH, and a stash of
+    interpreters apt-get can 'install'."""
+    root, bin_dir, stash = tmp_path / "autograder", tmp_path / "bin", tmp_path / "stash"
+    for d in (root / "source", bin_dir, stash):
+        d.mkdir(parents=True)
+    (root / "source" / "requirements-student.txt").write_text("numpy==2.4.6\ntorch==2.13.0\n")
+    (root / "setup.sh").write_text(SETUP_SH)
+    for tool in TOOLS:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return root, bin_dir, stash
+
+
+def run_setup(root: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": str(root.parent / "bin"), "AUTOGRADER_ROOT": str(root), "HOME": str(root)}
+    return subprocess.run(["/bin/bash", str(root / "setup.sh")], env=env, capture_output=True, text=True, timeout=60)
+
+
+def calls(root: Path) -> list[str]:
+    log = root.parent / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_ubuntu_24_04_python3_12_with_venv_is_used_as_is(machine):
+    root, bin_dir, _ = machine
+    fake_python(bin_dir / "python3.12", "3.12")
+    fake_apt(bin_dir, {})
+    p = run_setup(root)
+    assert p.returncode == 0, p.stderr
+    assert f"python3.12 -m venv {root}/venv" in calls(root)
+    assert not [c for c in calls(root) if c.startswith("apt-get")]
+    assert "pip install --no-cache-dir numpy==2.4.6" in calls(root)
+    assert any(c.startswith("pip install --no-cache-dir torch==2.13.0 --index-url") for c in calls(root))
+
+
+def test_ubuntu_24_04_without_its_venv_package_installs_python3_12_venv(machine):
+    root, bin_dir, stash = machine
+    fake_python(bin_dir / "python3.12", "3.12", venv=False)
+    fake_apt(bin_dir, {"3.12": fake_python(stash / "python3.12", "3.12")})
+    p = run_setup(root)
+    assert p.returncode == 0, p.stderr
+    assert "apt-get install -y -qq python3.12 python3.12-venv" in calls(root)
+    assert f"python3.12 -m venv {root}/venv" in calls(root)
+
+
+def test_ubuntu_22_04_python3_10_gets_python3_11_from_apt(machine):
+    root, bin_dir, stash = machine
+    fake_python(bin_dir / "python3", "3.10")
+    fake_apt(bin_dir, {"3.11": fake_python(stash / "python3.11", "3.11")})
+    p = run_setup(root)
+    assert p.returncode == 0, p.stderr
+    apt = [c for c in calls(root) if c.startswith("apt-get")]
+    assert apt == ["apt-get install -y -qq python3.12 python3.12-venv (unable to locate)",
+                   "apt-get install -y -qq python3.11 python3.11-venv"]
+    assert f"python3.11 -m venv {root}/venv" in calls(root)
+    assert not [c for c in calls(root) if c.startswith("python3 ")]
+
+
+def test_an_interpreter_other_users_cannot_run_is_passed_over(machine):
+    root, bin_dir, stash = machine
+    fake_python(bin_dir / "python3.13", "3.13", shared=False)  # e.g. pyenv's, under /root
+    fake_python(bin_dir / "python3", "3.10")
+    fake_apt(bin_dir, {"3.12": fake_python(stash / "python3.12", "3.12")})
+    p = run_setup(root)
+    assert p.returncode == 0, p.stderr
+    assert f"python3.12 -m venv {root}/venv" in calls(root)
+    assert not [c for c in calls(root) if c.startswith("python3.13 ")]
+
+
+def test_no_python_to_be_had_fails_with_one_clear_line(machine):
+    root, bin_dir, _ = machine
+    fake_python(bin_dir / "python3", "3.10")
+    fake_apt(bin_dir, {})
+    p = run_setup(root)
+    assert p.returncode == 1
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("setup.sh: FAILED: no Python 3.11+")
+    assert "Ubuntu 24.04" in p.stderr
+    assert not (root / "venv").exists()
+
+
+def test_probe_reads_real_interpreters(tmp_path):
+    """The probe the fakes answer, asked of this machine's interpreter, and of the same one behind a private folder."""
+    setup = tmp_path / "setup.sh"
+    setup.write_text(SETUP_SH)
+    ask = lambda py: subprocess.run(["/bin/bash", "-c", 'source "$1"; probe "$2"', "probe", str(setup), py],  # noqa: E731
+                                    capture_output=True, text=True, check=True).stdout.split()
+    major, minor = sys.version_info[:2]
+    version, venv, _ = ask(sys.executable)
+    assert version == f"{major}.{minor}" and venv == "1"
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "python").symlink_to(os.path.realpath(sys.executable))
+    assert ask(str(private / "python"))[2] == "0"
+    assert ask(str(tmp_path / "missing")) == ["0.0", "0", "0"]
