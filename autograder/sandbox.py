@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .child.policy import Limits, plan
+from .child.policy import Limits, child_memory, plan
 from .launchers import (
     ForkServer,
     Launched,
@@ -68,7 +68,7 @@ class Worker:
         self.submission = Path(submission)
         self.reuse_memory = reuse_memory  # numpy child: see child/worker.py's reuse_memory
         self.launcher = zygote or SubprocessLauncher()
-        self.limits = limits or Limits(timeout_s=timeout)
+        self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
         self._next_id = 0

@@ -30,6 +30,45 @@ class Limits:
         return asdict(self)
 
 
+def container_memory() -> int | None:
+    """The memory limit of the cgroup this process runs in (a container's, e.g. Gradescope's 768 MB), or None.
+
+    cgroup v2 (memory.max) or v1 (memory.limit_in_bytes), at this process's own cgroup path and at the
+    mount's root (which is the container's inside one); 'max' or a huge v1 value means no limit."""
+    from pathlib import Path
+
+    paths = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                paths.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max")
+            elif "memory" in controllers.split(","):
+                paths.append(Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    paths += [Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+    for path in paths:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**50:
+            return int(text)
+    return None
+
+
+def child_memory(torch: bool, kit: int = 4 * 2**30) -> int:
+    """A child's address-space limit: the kit's 4 GiB, or, inside a smaller container, the interpreter's own
+    address space (torch maps ~0.7 GiB before any work) plus a share of the container's memory (a sixth for
+    a torch child, which runs beside another torch child; a third for the numpy child): a call that needs
+    more gets MemoryError in its own stage before the container's memory runs out for everyone."""
+    limit = container_memory()
+    if limit is None:
+        return kit
+    return min(kit, 704 * 2**20 + limit // 6 if torch else 192 * 2**20 + limit // 3)
+
+
 # (name in reports, Limits field, resource constant's name): the limits enter() applies, in order
 RLIMITS = (("CPU time", "cpu_s", "RLIMIT_CPU"), ("memory (address space)", "memory_bytes", "RLIMIT_AS"),
            ("output size", "output_bytes", "RLIMIT_FSIZE"), ("core dumps", None, "RLIMIT_CORE"),
