@@ -22,6 +22,7 @@ from .sources import reached_files, rel
 from .stages import FUNCTIONS, STAGE, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 
 NIE = "NotImplementedError"
+ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
 
 
@@ -166,7 +167,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
-    aborted = None
+    aborted, stopped = None, 0
     for c in checks_to_run(stage, public_only):
         api.called = []
         if missing:
@@ -188,8 +189,10 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
         except StudentError as e:
             results.append(CheckResult(c, False, describe_error(e.info, submission, stage), error=e.info,
                                        origin=origin_of(e.info, stage), called=tuple(api.called)))
-        except StudentAborted as e:
-            aborted = f"an earlier check of this stage did not finish ({e})"
+        except StudentAborted as e:  # it costs this check; a fresh child takes the next one
+            stopped += 1
+            if stopped >= ABORTS_PER_STAGE:  # twice: it will not finish; the rest of the stage is not run
+                aborted = f"an earlier check of this stage did not finish ({e})"
             results.append(CheckResult(c, False, f"your code did not finish: {e}"))
         except MissingFixture as e:
             results.append(CheckResult(c, False, str(e), not_run=True))

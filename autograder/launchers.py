@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import namespaces
 from .child import policy
 from .outcomes import ServerGone
 
@@ -108,7 +109,7 @@ def descendants(pid: int) -> list[int]:
 
 def sweep_notes(uid: int | None) -> list[str]:
     """What the sweep of a child's processes cannot do here (empty where it is complete)."""
-    if uid is not None or _psutil() is not None:
+    if uid is not None or namespaces.available() or _psutil() is not None:
         return []
     return ["the sweep of leftover processes covers the child's process group only (the grader cannot list "
             "this system's processes: no /proc, or no psutil)"]
@@ -116,7 +117,8 @@ def sweep_notes(uid: int | None) -> list[str]:
 
 def kill_everything(token: str, uid: int | None, tree: list[int] = ()) -> None:
     """End every process the child started: every process of its uid (when sandboxed under one), the tree
-    found under it before it was ended, and any process carrying its marker in the environment."""
+    found under it before it was ended, and any process carrying its marker in the environment; and remove
+    what its uid left in the shared temp folders."""
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -139,6 +141,18 @@ def kill_everything(token: str, uid: int | None, tree: list[int] = ()) -> None:
                     proc.kill()
             except Exception:  # noqa: BLE001 - gone, or not ours to read
                 continue
+    if uid is not None:  # what it left in the shared temp folders (without namespaces it has no private ones)
+        for folder in (Path(tempfile.gettempdir()), Path("/dev/shm"), Path("/var/tmp")):
+            try:
+                entries = list(folder.iterdir())
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.lstat().st_uid == uid:
+                        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                except OSError:
+                    continue
 
 
 def interpreter() -> list[str]:
@@ -164,15 +178,21 @@ class SubprocessLauncher:
 
     forks = False
 
+    def __init__(self, hide: list[Path] = ()) -> None:
+        self.hide = list(hide)  # folders a namespaced child must not see, besides home and the checkout
+
     def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
                uid: int | None, log) -> Launched:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
+        cmd = [*interpreter(), str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)]
+        isolated = namespaces.available()
+        if isolated:  # its own pid space, no network, private /tmp; the uid is dropped inside, after the mounts
+            cmd = namespaces.wrap(cmd, scratch, uid, self.hide)
         proc = subprocess.Popen(
-            [*interpreter(), str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=(req_r, res_w), cwd=scratch, env=env,
-            start_new_session=True, preexec_fn=lambda: policy.enter(limits, uid),  # noqa: PLW1509
+            start_new_session=True, preexec_fn=lambda: policy.enter(limits, uid, drop=not isolated),  # noqa: PLW1509
         )
         os.close(req_r)
         os.close(res_w)

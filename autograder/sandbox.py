@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import namespaces
 from .child.policy import Limits, child_memory, plan
 from .launchers import (
     ForkServer,
@@ -34,6 +35,7 @@ from .safe_files import UnusableFile, read_bytes
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
+FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
            signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
@@ -51,6 +53,9 @@ def protections(limits: Limits | None = None) -> list[str]:
     if key not in _NOTES:
         uid = 0 if separate_user_possible() else None
         notes = plan(limits, uid) + sweep_notes(uid)
+        if not namespaces.available():
+            notes.append("no namespaces here (Linux's unshare): children share this machine's /tmp, network and "
+                         "process list, and see the files your user can read")
         if not fork_is_safe():
             notes.append("watch and regrade start a new interpreter per child instead of forking a warm one "
                          "(forking after numpy and torch is not safe here): slower, the same grades")
@@ -98,7 +103,7 @@ class Worker:
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
-        self._buf, self._ready, self._vetted = b"", False, False
+        self._buf, self._ready, self._vetted, self._next_id = b"", False, False, 0
         self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                           self._log)
 
@@ -171,7 +176,9 @@ class Worker:
                      wire.dumps({"id": req_id, "target": target, "args": list(args), "kwargs": kwargs}))
         except BrokenPipeError:
             raise self._died("the child process had already exited") from None
-        limit = timeout if timeout is not None else self.timeout
+        # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
+        # FIRST_CALL_FACTOR times the limit, every later call the limit itself
+        limit = timeout if timeout is not None else self.timeout * (FIRST_CALL_FACTOR if req_id == 1 else 1)
         if not self._ready:  # the child's first line says it has loaded
             if wire.loads(self._read_line(limit)).get("value") != "ready":
                 raise self._died("the child did not start properly")

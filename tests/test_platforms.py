@@ -61,7 +61,9 @@ NO_PROC = ("unshare", "-m", "sh", "-c", 'mount -t tmpfs none /proc && exec "$@"'
 SIMULATIONS = {
     "hard ulimit -v below 4 GiB": (ULIMIT, None, "lowered to this account's hard limit: 3.71 GiB"),
     "no /proc": (NO_PROC, None, None),
-    "no /proc, no separate user": (NO_PROC, {"ATTN_SANDBOX_SAME_USER": "1"}, "covers the child's process group only"),
+    # macOS as near as Linux gets: no /proc, not root, no namespaces
+    "no /proc, no separate user, no namespaces": (NO_PROC, {"ATTN_SANDBOX_SAME_USER": "1", "ATTN_NO_NAMESPACES": "1"},
+                                                  "covers the child's process group only"),
 }
 
 
@@ -115,8 +117,10 @@ def test_no_fork_regrade_and_watch(tmp_path):
     batch.mkdir()
     shutil.copytree(SOLUTIONS, batch / "alice")
     shutil.copytree(variant(tmp_path / "v", HOSTILE), batch / "mallory")
-    p = subprocess.run([sys.executable, "-m", "autograder", "regrade", str(batch), "--jobs", "2", "--timeout", "3"],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    # without fork, and without namespaces (where they exist, regrade starts new interpreters anyway)
+    p = subprocess.run([sys.executable, "-m", "autograder", "regrade", str(batch), "--jobs", "2", "--timeout", "3",
+                        "--trust"], cwd=ROOT, capture_output=True, text=True,
+                       env={**env, "ATTN_NO_NAMESPACES": "1"}, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = (tmp_path / "batch-results" / "summary.csv").read_text().splitlines()
     totals = {r.split(",")[0]: float(r.split(",")[1]) for r in rows[1:]}
@@ -189,3 +193,15 @@ def test_numpy_stages_on_newer_pythons_under_w_error(version, tmp_path):
     data = json.loads(out.read_text())
     assert data["score"] == 54, p.stdout
     assert "Warning" not in p.stdout + p.stderr
+
+
+def test_regrade_refuses_others_code_without_a_boundary(tmp_path):
+    """An ordinary user without namespaces: nothing separates the submissions from the account, so regrade
+    refuses before running any of them, says what that risks and what to use, unless told TRUST=1."""
+    batch = tmp_path / "batch"
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    env = {**os.environ, "ATTN_SANDBOX_SAME_USER": "1", "ATTN_NO_NAMESPACES": "1"}
+    p = subprocess.run([sys.executable, "-m", "autograder", "regrade", str(batch)], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 2 and "TRUST=1" in p.stderr and "Gradescope" in p.stderr, p.stderr
+    assert not (tmp_path / "batch-results").exists()

@@ -44,18 +44,14 @@ class _Tracked(np.ndarray):
 
     @staticmethod
     def _plain(args):
-        return [a.view(np.ndarray) if isinstance(a, _Tracked) else a for a in args]
+        return [np.ndarray.view(a, np.ndarray) if isinstance(a, _Tracked) else a for a in args]
 
     @staticmethod
     def _labels(args) -> dict:
         return {a.label: a for a in args if isinstance(a, _Tracked) and a.label}
 
     def _keep(self, result, source: "_Tracked"):
-        if isinstance(result, np.ndarray) and result.size == source.size and result.dtype.kind in "fc":
-            out = result.view(_Tracked)
-            out.label, out.log = source.label, source.log
-            return out
-        return result
+        return self._mark(result, source) if isinstance(result, np.ndarray) and result.size == source.size else result
 
     def _product(self, args, result):
         labels = self._labels(args)
@@ -74,12 +70,29 @@ class _Tracked(np.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         flat = list(args) + list(kwargs.values())
-        result = func(*self._plain(args), **{k: (v.view(np.ndarray) if isinstance(v, _Tracked) else v)
+        result = func(*self._plain(args), **{k: (np.ndarray.view(v, np.ndarray) if isinstance(v, _Tracked) else v)
                                             for k, v in kwargs.items()})
         if func in (np.dot, np.einsum, np.inner, np.tensordot, np.vdot):
             return self._product(flat, result)
         labels = self._labels(flat)
-        return self._keep(result, next(iter(labels.values()))) if len(labels) == 1 else result
+        if len(labels) != 1:
+            return result
+        source = next(iter(labels.values()))
+        if isinstance(result, (list, tuple)):  # np.split, np.array_split, np.vsplit, ...: blocks keep the mark
+            return type(result)(self._mark(r, source) for r in result)
+        return self._keep(result, source)
+
+    @staticmethod
+    def _mark(result, source: "_Tracked"):
+        if isinstance(result, np.ndarray) and result.dtype.kind in "fc":
+            out = result.view(_Tracked)
+            out.label, out.log = source.label, source.log
+            return out
+        return result
+
+    def view(self, *args, **kwargs):
+        """A view is the same data: it keeps the mark whatever type it is asked for."""
+        return self._mark(np.ndarray.view(self, *args, **kwargs), self)
 
     def dot(self, other, out=None):
         return self._product([self, other], np.dot(*self._plain([self, other])))
@@ -116,4 +129,4 @@ def tiled_key_rows(n, block, d=8, *, pkg):
     finally:
         for obj, name, value in saved:
             setattr(obj, name, value)
-    return {"read": int(sum(log)), "all": int(n * n)}
+    return {"read": int(sum(log)), "all": int(n * n), "causal": int(n * (n + 1) // 2)}

@@ -128,9 +128,10 @@ def plan(limits: Limits, uid: int | None) -> list[str]:
     return notes
 
 
-def enter(limits: Limits, uid: int | None) -> None:
+def enter(limits: Limits, uid: int | None, drop: bool = True) -> None:
     """Apply the limits the system allows and, when a uid is given (the grader runs as root), become
-    that user. Never raises for a refused limit: `plan` has already said which ones are off."""
+    that user (unless `drop` is False: a namespace wrapper drops to it later, after its mounts).
+    Never raises for a refused limit: `plan` has already said which ones are off."""
     if resource is not None:
         for _, field, const in RLIMITS:
             res = getattr(resource, const, None)
@@ -145,7 +146,7 @@ def enter(limits: Limits, uid: int | None) -> None:
                     resource.setrlimit(res, (value, value))
             except (ValueError, OSError):
                 pass
-    if uid is not None:
+    if uid is not None and drop:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)

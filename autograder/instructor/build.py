@@ -141,8 +141,10 @@ The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded 
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.
-- Each call of your code has 10 seconds; code that hangs, crashes or exits loses that stage's
-  remaining checks, and every other stage is still graded.
+- Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
+  as imports). A call that hangs, crashes or exits loses its own check, and the next check runs in a
+  fresh process; after a second such call the stage's remaining checks are not run. Every other stage
+  is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
 
 ## What your code may use

@@ -16,12 +16,15 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from .. import namespaces
 from ..grade import grade
 from ..launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
 from ..report.gradescope_json import results_json
 from ..stages import STAGES
 from ..submission import locate
 from .gradescope import derive_seed
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def entries(folder: Path) -> list[Path]:
@@ -31,26 +34,29 @@ def entries(folder: Path) -> list[Path]:
 _zygote: ForkServer | SubprocessLauncher | None = None  # the batch's fork server, shared by the grading processes
 
 
-def _server() -> ForkServer | SubprocessLauncher:
-    """The fork server to use: the shared one while it answers, else one of this process's own (where forking
-    is not safe, a launcher of new interpreters: see launchers.fork_is_safe)."""
+def _server(hide: list[Path] = ()) -> ForkServer | SubprocessLauncher:
+    """The launcher to use. Where namespaces exist, a new interpreter per child inside them, with the batch
+    and its results hidden (the boundary costs the fork server's speed); else the shared fork server while
+    it answers, or one of this process's own (new interpreters where forking is not safe)."""
     global _zygote
+    if namespaces.available():
+        return SubprocessLauncher(hide=list(hide))
     if _zygote is None or not _zygote.alive():
         _zygote = warm_launcher()
         multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
     return _zygote
 
 
-def grade_one(path: Path, secret: str | None, seed: int, timeout: float) -> dict:
+def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = ()) -> dict:
     try:
         sub = locate(path)
         seed = derive_seed(secret, sub) if secret else seed
-        server = _server()
+        server = _server(hide)
         res = grade(sub, seed=seed, timeout=timeout, zygote=server)
         if not server.alive():
             # the server died under this grading (a submission running as the grader's user killed it,
             # maybe one graded beside this one): grade again, so only the culprit loses its points
-            res = grade(sub, seed=seed, timeout=timeout, zygote=_server())
+            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide))
         return {"results": results_json(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         return {"results": None, "error": f"{type(e).__name__}: {e}"}
@@ -79,9 +85,10 @@ class Untrusted(Exception):
 
 
 UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing separates it from your account "
-             "(the grader is not root, so no submission gets a user of its own): a submission could read, change or "
+             "(the grader is not root, so no submission gets a user of its own, and there are no namespaces to hide "
+             "your files in): a submission could read, change or "
              "delete anything you can (other submissions, the results, your home folder, this checkout) and leave "
-             "processes behind. Regrade as root on Linux (each submission then runs under a uid of its own), in a "
+             "processes behind. Regrade on Linux (with namespaces, or as root), in a "
              "container, or on Gradescope; or, if you trust every submission in {folder}, say so: TRUST=1 "
              "(python -m autograder regrade --trust).")
 
@@ -90,9 +97,9 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
             trust: bool = False) -> Path:
     """Raises Untrusted before running anything where no boundary exists between the submissions and the
-    instructor (launchers.separate_user_possible), unless `trust`."""
+    instructor (no separate uid, no namespaces), unless `trust`."""
     folder = Path(folder)
-    if not trust and not separate_user_possible():
+    if not trust and not separate_user_possible() and not namespaces.available():
         raise Untrusted(UNTRUSTED.format(folder=folder))
     out = Path(out) if out else folder.with_name(folder.name + "-results")
     out.mkdir(parents=True, exist_ok=True)
@@ -100,16 +107,44 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
-    # one process per job (the grader's own work needs a core too, which threads would share under
-    # one GIL), all sharing one fork server that imports numpy and torch once for the whole batch
-    # (one torch-sized process instead of one per core)
+    locked = _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
+    try:
+        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress)
+    finally:
+        for path, mode in locked.items():
+            path.chmod(mode)
+    _write_csv(out, rows)
+    from .class_report import write
+
+    write(out, anonymize=anonymize)  # class-report.html and diagnoses.csv: what the class gets wrong
+    return out
+
+
+def _lock_down(paths: list[Path]) -> dict[Path, int]:
+    """As root without namespaces, the sandbox uids could read whatever others may: for the batch, the
+    reference, the solutions, the tests, the submissions and the results are root's alone. Returns the
+    modes to put back."""
+    if os.geteuid() != 0 or namespaces.available():
+        return {}
+    modes = {p: p.stat().st_mode & 0o7777 for p in paths if p.is_dir()}
+    for p in modes:
+        p.chmod(0o700)
+    return modes
+
+
+def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress) -> None:
+    """One process per job (the grader's own work needs a core too, which threads would share under one
+    GIL), all sharing one fork server that imports numpy and torch once for the whole batch (one
+    torch-sized process instead of one per core), unless every child gets namespaces of its own."""
     global _zygote
     # where forking is not safe (macOS), the grading processes are spawned and start their children anew
     context = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
-    _zygote = warm_launcher(lock=context.Lock())
+    # one fork server for the batch, unless each child gets namespaces of its own (a new interpreter each)
+    _zygote = SubprocessLauncher() if namespaces.available() else warm_launcher(lock=context.Lock())
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {pool.submit(grade_one, p, secret, seed, timeout): p for p in subs}
+            hide = [folder.resolve(), out.resolve()]  # no submission sees the others, or the results
+            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide): p for p in subs}
             for fut in as_completed(futures):
                 p = futures[fut]
                 try:
@@ -123,11 +158,6 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     finally:
         _zygote.close()
         _zygote = None
-    _write_csv(out, rows)
-    from .class_report import write
-
-    write(out, anonymize=anonymize)  # class-report.html and diagnoses.csv: what the class gets wrong
-    return out
 
 
 def _write_csv(out: Path, rows: dict) -> None:

@@ -1,0 +1,87 @@
+"""The operating system's boundary around a child (autograder/namespaces.py), tested below the static
+check: code running inside it, with every import it likes, cannot see the checkout, home, other
+submissions or the network, cannot fill the machine's /tmp, and leaves no process behind."""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from autograder import namespaces
+from autograder.launchers import sandbox_uid
+
+pytestmark = pytest.mark.skipif(not namespaces.available(), reason="no namespaces here (unshare refused or missing)")
+
+
+def run_inside(code: str, tmp_path: Path, hide=(), timeout=60) -> subprocess.CompletedProcess:
+    scratch = Path(tempfile.mkdtemp(prefix="attn-grade-"))
+    uid = sandbox_uid()
+    if uid is not None:
+        os.chown(scratch, uid, uid)
+    cmd = namespaces.wrap([sys.executable, "-I", "-c", code], scratch, uid, list(hide))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=scratch, start_new_session=True)
+
+
+def test_the_child_sees_only_its_scratch_and_the_interpreter(tmp_path):
+    batch = tmp_path / "batch"
+    (batch / "alice").mkdir(parents=True)
+    (batch / "alice" / "softmax.py").write_text("ANSWER = 42\n")
+    code = ("import os, socket, numpy\n"
+            f"print('solutions', os.path.exists({str(ROOT / 'solutions')!r}))\n"
+            f"print('attn_ref', os.path.exists({str(ROOT / 'attn_ref')!r}))\n"
+            f"print('other', os.path.exists({str(batch / 'alice' / 'softmax.py')!r}))\n"
+            "print('home', os.listdir(os.path.expanduser('~')) if os.path.isdir(os.path.expanduser('~')) else [])\n"
+            "print('pid', os.getpid())\n"
+            "s = socket.socket(); s.settimeout(2)\n"
+            "print('net', s.connect_ex(('1.1.1.1', 80)) != 0)\n"
+            "try:\n    open(numpy.__file__, 'a').close(); print('venv writable')\nexcept OSError:\n    print('venv read-only')\n")
+    p = run_inside(code, tmp_path, hide=[batch])
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "solutions False" in out and "attn_ref False" in out and "other False" in out, out
+    assert "home []" in out and "pid 1" in out and "net True" in out and "venv read-only" in out, out
+
+
+def test_temp_space_is_private_capped_and_gone(tmp_path):
+    marker = f"attn-fill-{os.getpid()}"
+    code = ("import os\n"
+            f"path = '/tmp/{marker}'\n"
+            "written = 0\n"
+            "try:\n"
+            "    with open(path, 'wb') as f:\n"
+            "        for _ in range(1024):\n"
+            "            f.write(b'x' * 2**20); f.flush(); written += 1\n"
+            "except OSError as e:\n"
+            "    print('stopped', e.errno)\n"
+            "print('MiB', written)\n")
+    p = run_inside(code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    mib = int(p.stdout.split("MiB")[1])
+    assert "stopped" in p.stdout and mib <= int(namespaces.TMP_SIZE.rstrip("m")), p.stdout
+    assert not Path(f"/tmp/{marker}").exists()  # never on the machine's /tmp
+
+
+def test_an_escaped_process_ends_with_the_child(tmp_path):
+    """A process started with an empty environment in a session of its own (invisible to a sweep by
+    marker or process group) still ends: it lives in the child's pid namespace."""
+    code = ("import subprocess\n"
+            "subprocess.Popen(['sh', '-c', 'while true; do sleep 0.2; done'], env={}, start_new_session=True)\n"
+            "print('started')\n")
+    p = run_inside(code, tmp_path)
+    assert "started" in p.stdout, p.stderr
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "while true; do sleep 0.2; done" not in ps
+
+
+def test_the_grade_runs_inside_them(tmp_path):
+    """The children `make grade` starts are namespaced: the report shows no namespace note."""
+    from conftest import SOLUTIONS, grade
+
+    res = grade(SOLUTIONS, stages=["softmax"])
+    assert res.score == res.max_score
+    assert not any("namespaces" in n for n in res.protections_off)
