@@ -62,7 +62,8 @@ def script(scratch: Path, uid: int | None, hide: list[Path] = ()) -> str:
     """The sh script run inside the new namespaces before the child's interpreter (exec "$@")."""
     hidden, kept = _hidden(list(hide)), _kept(scratch)
     q = shlex.quote
-    lines = ["set -e", "mount --make-rprivate /",
+    # its own /proc first: the pid namespace's, and what umount reads (even where /proc was hidden outside)
+    lines = ["set -e", "mount --make-rprivate /", "mount -t proc proc /proc",
              f"mount -t tmpfs -o size={TMP_SIZE},mode=1777 tmpfs /dev/shm", f"mkdir -p {HOLD}"]
     held = [k for k in kept if any(k == h or k.startswith(h + "/") for h in hidden)]
     for i, k in enumerate(held):
@@ -73,7 +74,7 @@ def script(scratch: Path, uid: int | None, hide: list[Path] = ()) -> str:
         lines += [f"mkdir -p {q(k)}", f"mount --rbind {HOLD}/{i} {q(k)}", f"umount -l {HOLD}/{i}"]
     for k in kept[1:]:  # the interpreter and its packages: read-only (nothing planted for a later run)
         lines += [f"mount --bind {q(k)} {q(k)}", f"mount -o remount,bind,ro {q(k)}"]
-    lines += [f"rm -rf {HOLD}", "mount -t proc proc /proc", f"cd {q(str(scratch))}"]
+    lines += [f"rm -rf {HOLD}", f"cd {q(str(scratch))}"]
     drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups -- " if uid is not None else ""
     lines.append(f'exec {drop}"$@"')
     return "\n".join(lines)

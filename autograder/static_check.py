@@ -6,9 +6,12 @@ measures them, the files of the machine or the interpreter's insides is refused,
 the rule: other imports (os, sys, importlib, inspect, gc, ctypes, threading, tracemalloc, ...),
 the builtins that open files or run strings as code, frame and dunder attributes that lead out of
 the module, and the file and extension corners of numpy and torch. The rule is the student README's
-"What your code may use" (RULE below, word for word).
+"What your code may use" (RULE below, word for word). Whoever starts the grader (never the code it
+grades: children inherit no such variable, and the check runs in the parent) can switch it off with
+ATTN_STATIC_CHECK=off, which the tests do to prove the sandbox beneath it holds on its own.
 """
 import ast
+import os
 from dataclasses import dataclass
 
 RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
@@ -55,6 +58,8 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     """What in `source` the rule refuses (empty: the module may run). `own` names the submission's
     modules (importable by name or relatively). A file that does not parse is left to the grader, which
     says where the syntax error is."""
+    if os.environ.get("ATTN_STATIC_CHECK") == "off":  # the operator's switch, to test the sandbox beneath it
+        return []
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

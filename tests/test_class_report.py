@@ -43,7 +43,7 @@ def batch(tmp_path_factory):
     for name, mistakes in PLANTED.items():
         shutil.move(str(merged(tmp / name, mistakes)), folder / name)
     hang = merged(tmp / "frank", [])  # scores.py never finishes loading
-    (hang / "scores.py").write_text("import time\ntime.sleep(60)\n" + (SOLUTIONS / "scores.py").read_text())
+    (hang / "scores.py").write_text("while True:\n    pass\n" + (SOLUTIONS / "scores.py").read_text())
     shutil.move(str(hang), folder / "frank")
     (folder / "gina.zip").write_bytes(b"this is not a zip file")  # unreadable
     out = regrade(folder, jobs=2, quiet=True, timeout=3, trust=TRUST)

@@ -27,6 +27,25 @@ needs_separate_user = pytest.mark.skipif(not separate_user_possible(),
                                          reason="needs root and an interpreter other users can run")
 
 
+REFUSED = "was refused before any of it ran"
+
+
+@pytest.fixture(params=["static check", "sandbox alone"])
+def layer(request, monkeypatch):
+    """The hostile submissions below meet the static check first (their file is refused, nothing of it runs);
+    with the check switched off they meet the child sandbox alone, which must hold by itself."""
+    if request.param == "sandbox alone":
+        monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+    return request.param
+
+
+def refused_alone(data: dict, scores: dict, file: str, untouched: tuple[str, ...]) -> None:
+    """`file` was refused by the static check: its stages lost, the stages that do not use it kept theirs."""
+    assert any(f"{file} {REFUSED}" in t["output"] for t in data["tests"]), file
+    for s in untouched:
+        assert scores[s] == FULL[s], s
+
+
 @pytest.fixture(scope="module")
 def zip_path(tmp_path_factory):
     return autograder_zip(tmp_path_factory.mktemp("zip") / "autograder.zip", SECRET)
@@ -91,14 +110,15 @@ def test_patching_allclose_gains_nothing(zip_path, tmp_path):
     assert got == wrong and got["softmax"] < 12
 
 
-def test_exit_at_import_costs_only_stages_that_import_it(zip_path, tmp_path):
+def test_exit_at_import_costs_only_stages_that_import_it(zip_path, tmp_path, layer):
     sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import numpy as np\nimport os\nos._exit(0)\n")]})
     data, scores = run_zip(zip_path, sub, tmp_path)
     for s in ("softmax", "dot_products", "masking", "heads"):  # each imports softmax.py
         assert scores[s] < FULL[s], s
     for s in ("projections", "scaling", "kv_cache", "fused", "tiled", "backward", "dropout", "costs"):
         assert scores[s] == FULL[s], s
-    assert any("exit code 0" in t["output"] for t in data["tests"])
+    said = REFUSED if layer == "static check" else "exit code 0"
+    assert any(said in t["output"] for t in data["tests"])
 
 
 def test_endless_loop_in_one_stage(zip_path, tmp_path):
@@ -123,7 +143,7 @@ def test_huge_allocation_is_refused(zip_path, tmp_path):
 
 
 @needs_separate_user
-def test_cannot_read_reference_hidden_checks_or_results(zip_path, tmp_path):
+def test_cannot_read_reference_hidden_checks_or_results(zip_path, tmp_path, layer):
     gs = tmp_path / "gs"
     snoop = f'''
 def _snoop():
@@ -144,7 +164,7 @@ def _snoop():
         try:
             os.listdir(base)
             raise RuntimeError("LEAK: listed " + base)
-        except PermissionError:
+        except (PermissionError, FileNotFoundError):  # root-only, or not there at all (namespaces)
             pass
 
 
@@ -153,10 +173,13 @@ def _snoop():
                                             ("    d_k = q.shape[-1]\n", "    _snoop()\n    d_k = q.shape[-1]\n")]})
     data, scores = run_zip(zip_path, sub, tmp_path)
     assert "LEAK" not in json.dumps(data)
-    assert scores == FULL
+    if layer == "static check":
+        refused_alone(data, scores, "scaling.py", ("softmax", "projections", "kv_cache", "fused", "tiled"))
+    else:
+        assert scores == FULL
 
 
-def test_forged_results_and_lingering_writer(zip_path, tmp_path):
+def test_forged_results_and_lingering_writer(zip_path, tmp_path, layer):
     results = tmp_path / "gs" / "results" / "results.json"
     marker = "forger-7f3a9c"
     forger = (f"    import subprocess, sys, os\n"
@@ -180,22 +203,26 @@ def test_printed_fake_score_changes_nothing(zip_path, tmp_path):
     assert got == wrong
 
 
-def test_pickle_bomb_return_is_refused(zip_path, tmp_path):
+def test_pickle_bomb_return_is_refused(zip_path, tmp_path, layer):
     bomb = ("class _Bomb:\n    def __reduce__(self):\n        import os\n        return (os.system, ('touch /tmp/pwned',))\n\n\n"
             "def project_qkv(")
     sub = variant(tmp_path, {"projections.py": [("def project_qkv(", bomb), ("    return q, k, v", "    return _Bomb()")]})
-    projections_lost_alone(*run_zip(zip_path, sub, tmp_path), "not an array or number")
+    said = REFUSED if layer == "static check" else "not an array or number"
+    projections_lost_alone(*run_zip(zip_path, sub, tmp_path), said)
 
 
 @needs_separate_user
-def test_cannot_kill_the_grader(zip_path, tmp_path):
+def test_cannot_kill_the_grader(zip_path, tmp_path, layer):
     killer = "    import os, signal\n    for sig in (signal.SIGKILL,):\n        try:\n            os.kill(os.getppid(), sig)\n        except OSError:\n            pass\n"  # noqa: E501
     sub = variant(tmp_path, {"softmax.py": [(SM_BODY, killer + SM_BODY)]})
     data, scores = run_zip(zip_path, sub, tmp_path)
-    assert scores == FULL
+    if layer == "static check":
+        refused_alone(data, scores, "softmax.py", ("projections", "scaling", "kv_cache", "fused", "tiled"))
+    else:
+        assert scores == FULL
 
 
-def test_orphan_processes_are_ended(zip_path, tmp_path):
+def test_orphan_processes_are_ended(zip_path, tmp_path, layer):
     marker = "31.4159"
     spawn = (f"    import subprocess\n"
              f"    subprocess.Popen(['sleep', '{marker}'], start_new_session=True)\n")
@@ -203,7 +230,10 @@ def test_orphan_processes_are_ended(zip_path, tmp_path):
         spawn += f"    subprocess.Popen(['sleep', '{marker}1'], start_new_session=True, env={{}})\n"
     sub = variant(tmp_path, {"scaling.py": [("    d_k = q.shape[-1]\n", spawn + "    d_k = q.shape[-1]\n")]})
     data, scores = run_zip(zip_path, sub, tmp_path)
-    assert scores == FULL
+    if layer == "static check":
+        refused_alone(data, scores, "scaling.py", ("softmax", "projections", "kv_cache", "fused", "tiled"))
+    else:
+        assert scores == FULL
     assert survivors(marker) == []
 
 

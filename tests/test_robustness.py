@@ -4,6 +4,8 @@ import time
 from conftest import ROOT, grade, variant
 
 SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
+# the interpreter dies of a segmentation fault: a view far past its buffer, summed (no import needed)
+SEGFAULT = "np.lib.stride_tricks.as_strided(np.zeros(1), shape=(1 << 40,), strides=(1 << 20,)).sum()"
 
 
 def _only_stage_lost(res, stage, others):
@@ -27,12 +29,12 @@ def test_endless_loop_costs_only_its_stage(tmp_path):
 
 def test_interpreter_crash_and_systemexit(tmp_path):
     sub = variant(tmp_path, {
-        "softmax.py": [(SOFTMAX_BODY, "    import os; os._exit(3)\n")],
+        "softmax.py": [(SOFTMAX_BODY, f"    {SEGFAULT}\n")],
         "projections.py": [("    q = x @ w_q", "    raise SystemExit(0)\n    q = x @ w_q")],
     })
     res = grade(sub, stages=["softmax", "projections", "scaling"])
     sm = [r.message for r in res.stages["softmax"].checks if not r.passed]
-    assert any("exit code 3" in m for m in sm), sm
+    assert any("segmentation fault" in m for m in sm), sm
     pj = [r.message for r in res.stages["projections"].checks if not r.passed]
     assert pj and all("SystemExit" in m for m in pj), pj
     assert res.stages["projections"].score == 0 and res.stages["softmax"].score == 0
@@ -44,7 +46,7 @@ def test_import_error_and_syntax_error(tmp_path):
                              "projections.py": [("    q = x @ w_q", "    q = x @@ w_q")]})
     res = grade(sub, stages=["softmax", "dot_products", "projections", "scaling"])
     dp = [r.message for r in res.stages["dot_products"].checks if not r.passed]
-    assert dp and all("ModuleNotFoundError" in m and "scores.py" in m for m in dp), dp
+    assert dp and all("refused" in m and "import not_a_module" in m and "scores.py" in m for m in dp), dp
     pj = [r.message for r in res.stages["projections"].checks if not r.passed]
     assert pj and all("SyntaxError" in m and "projections.py" in m for m in pj), pj
     assert res.stages["softmax"].status == "passed" and res.stages["scaling"].status == "passed"
@@ -65,7 +67,9 @@ def test_printing_student_code_does_not_disturb(tmp_path):
     assert res.stages["softmax"].status == "passed"
 
 
-def test_numpy_stages_never_import_torch(tmp_path):
+def test_numpy_stages_never_import_torch(tmp_path, monkeypatch):
+    # the guard reads sys.modules, which the static check refuses in a submission: let it through here
+    monkeypatch.setattr("autograder.static_check.refusals", lambda source, own: [])
     guard = ('    import sys\n    if "torch" in sys.modules:\n        raise RuntimeError("torch was imported")\n'
              + SOFTMAX_BODY)
     numpy_stages = ["softmax", "dot_products", "projections", "scaling", "masking"]
@@ -74,7 +78,7 @@ def test_numpy_stages_never_import_torch(tmp_path):
 
 
 def test_torch_stage_crash_leaves_numpy_stages(tmp_path):
-    sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", "        import os; os.abort()\n")]})
+    sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", f"        import numpy as np; {SEGFAULT}\n")]})
     res = grade(sub, stages=["softmax", "kv_cache", "fused"])
     assert res.stages["kv_cache"].status == "failed"
     assert any("signal" in r.message for r in res.stages["kv_cache"].checks)

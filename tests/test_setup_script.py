@@ -57,7 +57,7 @@ def machine(tmp_path):
     root, bin_dir, stash = tmp_path / "autograder", tmp_path / "bin", tmp_path / "stash"
     for d in (root / "source", bin_dir, stash):
         d.mkdir(parents=True)
-    (root / "source" / "requirements-student.txt").write_text("numpy==2.4.6\ntorch==2.13.0\n")
+    (root / "source" / "requirements-student.txt").write_text("numpy==2.4.6\ntorch==2.13.0\npsutil==7.2.2  # x\n")
     (root / "setup.sh").write_text(SETUP_SH)
     for tool in TOOLS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
@@ -82,7 +82,7 @@ def test_ubuntu_24_04_python3_12_with_venv_is_used_as_is(machine):
     assert p.returncode == 0, p.stderr
     assert f"python3.12 -m venv {root}/venv" in calls(root)
     assert not [c for c in calls(root) if c.startswith("apt-get")]
-    assert "pip install --no-cache-dir numpy==2.4.6" in calls(root)
+    assert "pip install --no-cache-dir numpy==2.4.6 psutil==7.2.2" in calls(root)
     assert any(c.startswith("pip install --no-cache-dir torch==2.13.0 --index-url") for c in calls(root))
 
 
