@@ -53,9 +53,11 @@ def _kept(scratch: Path) -> list[str]:
     """What the child must still reach: its scratch, and the interpreter with its packages."""
     import sysconfig
 
-    paths = [scratch, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent,
+    paths = [scratch, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
              *(Path(p) for p in {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")})]
-    return list(dict.fromkeys(str(p.resolve()) for p in paths if p.exists()))
+    # each both as the child names it (a venv reached through a link) and as it resolves
+    found = [str(q) for p in paths if p.exists() for q in (Path(os.path.abspath(p)), p.resolve())]
+    return list(dict.fromkeys(found))
 
 
 def script(scratch: Path, uid: int | None, hide: list[Path] = ()) -> str:
