@@ -43,6 +43,11 @@ FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
+# issue 23 hook: the inferred diagnoses (autograder/inference.py) join the catalogue, so every place that names a
+# mistake by id (explanations, reread sections, "Diagnosis <id>: ...") treats them alike; they belong to no stage
+from ..inference import INFERRED  # noqa: E402
+
+CATALOGUE.update({m.id: m for m in INFERRED})
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
