@@ -58,6 +58,8 @@ INFERRED_IDS = {m.id for m in INFERRED}
 
 def _close(a, b, tol: float = TOL) -> bool:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if b.ndim == 0:
+        b = np.broadcast_to(b, a.shape)
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol * 0.1, equal_nan=False))
 
 
@@ -98,6 +100,7 @@ def _divisor_name(divisor: float, facts: dict) -> str | None:
     d_k, n_q, n_k = facts.get("d_k"), facts.get("n_q"), facts.get("n_k")
     names = {"1 (no scaling at all)": 1.0}
     if d_k:
+        names[f"1/sqrt(d_k) = 1/sqrt({d_k}) (a multiplication where a division belongs)"] = 1 / math.sqrt(d_k)
         names.update({f"d_k = {d_k}": d_k, f"d_k**2 = {d_k ** 2}": d_k ** 2, f"d_k**1.5 = {d_k ** 1.5:g}": d_k ** 1.5})
         if facts.get("n_heads"):
             dm = d_k * facts["n_heads"]
@@ -145,7 +148,7 @@ def after_softmax(got, want):
         return None
     g, w = pair
     c = g.sum(-1, keepdims=True)
-    if _close(c, 1.0, 1e-5) or np.any(c <= 0) or not _close(g, w * c):
+    if np.all(np.abs(c - 1) < 1e-2) or np.any(c <= 0) or not _close(g, w * c):  # a real factor, not rounding
         return None
     vals = np.unique(np.round(c.ravel(), 4))[:3].tolist()
     return ("inferred-scaled-after-softmax", f"each row is the right weights times a constant: the rows sum to "
@@ -190,7 +193,7 @@ def low_precision(got, want):
         return None
     g, w = pair
     err = float(np.max(np.abs(g - w) / np.maximum(np.abs(w), 1e-3)))
-    if not 1e-6 < err < 1e-2:
+    if not 1e-6 < err < 5e-2:
         return None
     for name, eps in (("float16", 2.0 ** -11), ("bfloat16", 2.0 ** -8)):
         if name == "float16":
@@ -198,7 +201,7 @@ def low_precision(got, want):
         else:
             bits = g.astype(np.float32).view(np.uint32)
             on_grid = bool(np.all(bits & 0xFFFF == 0))
-        if on_grid and err <= 4 * eps:
+        if on_grid and err <= 16 * eps:  # the input rounded too: a few units of the last place
             return ("inferred-low-precision", f"every value you return is a {name} number, and the largest "
                     f"relative error, {err:.2g}, is {name}'s resolution ({eps:.2g})")
     return None
