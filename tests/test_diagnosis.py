@@ -5,8 +5,8 @@ Each submission is a copy of the solutions with one change (conftest.variant).
 import pytest
 from conftest import grade, variant
 
-from autograder.report.terminal import terminal
 from autograder.inference import INFERRED_IDS
+from autograder.report.terminal import terminal
 from autograder.stages import CATALOGUE
 
 SM_EXP = "    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n"

@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import grade, variant
 
@@ -49,7 +50,7 @@ NEW: dict[str, tuple[dict, list[str], str | None, tuple[str, str, str]]] = {
                                                         "    return np.moveaxis(x, -3, -1)")]}, HEADS,
                                          "inferred-layout", ("heads.py", "split_heads", "moveaxis")),
     "module without its output projection": ({"module.py": [("        return self.out(y)\n", "        return y\n")]},
-                                             ["heads"], "inferred-no-output-projection",
+                                             ["heads"], "heads-no-output-projection",  # catalogued: pointer test
                                              ("module.py", "merge", "return y")),
     "cache appends the keys twice": ({"module.py": [(APPEND, "            cache.append(k, v)\n" + APPEND)]},
                                      ["kv_cache"], "inferred-cache-contents", ("module.py", "forward", "cache.append")),
@@ -97,7 +98,7 @@ def named(res) -> set[str]:
     return {d for s in res.stages.values() for d in s.diagnoses}
 
 
-@pytest.mark.parametrize("mistake", sorted(n for n, v in NEW.items() if v[2]))
+@pytest.mark.parametrize("mistake", sorted(n for n, v in NEW.items() if v[2] in INFERRED_IDS))
 def test_inferred_diagnosis_is_named(tmp_path, mistake):
     edits, stages, want, (file, function, text) = NEW[mistake]
     sub = variant(tmp_path, edits)
@@ -120,6 +121,19 @@ def test_pointer_lands_inside_the_wrong_function(tmp_path, mistake):
     step = next_step(res)
     assert f"in {function}, at " in step and f"{file}:{loc.line}" in step, step
     assert text in (sub / file).read_text().splitlines()[loc.line - 1]
+
+
+def test_missing_projection_is_read_off_the_output():
+    """The module's output times out.weight^T's inverse is the merged heads: inferred-no-output-projection (the
+    catalogue already holds the module that leaves `out` out, so the reading is shown on the arrays)."""
+    from attn_ref import api as ref
+
+    from autograder import localise as L
+
+    want = ref.module_forward(L.XB, L.WQKV, L.WOUT, 2)
+    merged = np.asarray(want, dtype=np.float64) @ np.linalg.inv(L.WOUT.T.astype(np.float64))
+    assert L._module(merged, want, ref)[0] == "inferred-no-output-projection"
+    assert L._module(want, want, ref) is None
 
 
 def test_shifted_mask_says_what_it_allows(tmp_path):

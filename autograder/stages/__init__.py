@@ -60,14 +60,15 @@ def mistakes_of(diagnosis: str | None) -> list[Mistake]:
 def checks_to_run(stage: str, public_only: bool) -> list[Check]:
     """The checks of `stage`, in order. Where the reference is absent (the student repo, public_only),
     each hidden check runs as its public twin: the same check on the seed-0 inputs, answered from the
-    recorded fixtures, for no points; so every kind of mistake shows locally, while the autograder
-    re-checks the same things on inputs the student never saw, for the points."""
+    recorded fixtures; so every kind of mistake shows locally, while the autograder re-checks the same
+    things on inputs the student never saw. A twin keeps its points (issue 23): the local total counts
+    it as the autograder would, so a stage that fails never shows full points; reports mark it a twin."""
     out = []
     for c in STAGE[stage].checks:
         if c.visibility == "public" or not public_only:
             out.append(c)
         else:
-            out.append(dataclasses.replace(c, visibility="public", points=0.0, twin=True))
+            out.append(dataclasses.replace(c, visibility="public", twin=True))
     return out
 
 
