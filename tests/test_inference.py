@@ -127,7 +127,6 @@ def test_missing_projection_is_read_off_the_output():
     """The module's output times out.weight^T's inverse is the merged heads: inferred-no-output-projection (the
     catalogue already holds the module that leaves `out` out, so the reading is shown on the arrays)."""
     from attn_ref import api as ref
-
     from autograder import localise as L
 
     want = ref.module_forward(L.XB, L.WQKV, L.WOUT, 2)
