@@ -190,7 +190,7 @@ def figures(out=sys.stdout) -> None:
             if place is None:  # the catalogue's own place; the edited line is the one holding the new text
                 m = CATALOGUE[want]
                 file, function = m.where.split(":") if m.where else (next(iter(edits)), "")
-                new = [n for pairs in edits.values() for _, n in pairs][0].strip().splitlines()[0].strip()
+                new = ([n for pairs in edits.values() for _, n in pairs][0].strip().splitlines() or [""])[0].strip()
                 place = (file, function, new)
             file, function, text = place
             step = next_step(res)
