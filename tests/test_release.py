@@ -114,6 +114,10 @@ def test_every_catalogued_mistake_fails_its_stage_in_the_release(student_repo, t
     assert status[home] == "failed", status
 
 
+def test_student_gitignore_covers_what_the_kit_writes(student_repo):
+    assert "report.html" in (student_repo / ".gitignore").read_text().split()
+
+
 def test_no_failed_stage_shows_full_points_locally(student_repo, tmp_path):
     """Every catalogued mistake, graded by the release's own grader (fixtures, twins): a stage that fails
     never shows full points, and the stage the mistake belongs to loses points."""

@@ -263,7 +263,7 @@ def release(out: Path = DIST / "student") -> Path:
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())
-    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")
+    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n")
     return out
 
 
