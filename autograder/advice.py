@@ -27,6 +27,17 @@ def _where(res: Results, stage, first, stub) -> str:
     return rel(res.submission / stage.files[0])
 
 
+def located_here(res: Results, stage: str):
+    """The localised wrong function of `stage` (autograder/localise.py), when it is the stage's own."""
+    loc = getattr(res, "located", {}).get(stage)
+    return loc if loc is not None and loc.stage == stage else None
+
+
+def loc_text(res: Results, loc) -> str:
+    """'in causal_mask, at exercises/masking.py:23'"""
+    return f"in {loc.function}, at {rel(res.submission / loc.file)}:{loc.line}"
+
+
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
     just graded pass, it points at the first stage still failing elsewhere."""
@@ -45,10 +56,17 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
             return f"start {head}: open {where} and replace the stub. `make hint` gives a nudge."
         first = next(r for r in sr.checks if not r.passed)
+        loc = located_here(res, s.name)  # issue 23 hook: the function found wrong on its own, and a line in it
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
             where = def_line(res.submission, m.where) if m.where else _where(res, s, first, stub)
-            return f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+            if loc:
+                where = f"{loc_text(res, loc)}"
+            return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}." if loc else \
+                f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+        if loc:
+            return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
+                    f"that function's own output is wrong. `make hint` gives a nudge.")
         where = _where(res, s, first, stub)
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
     graded = [s for s in STAGES if s.name in res.stages]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import localise
 from .api import Context, ReferenceAPI, StudentAPI
 from .fixtures import Replayer, load
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError
@@ -78,6 +79,7 @@ class Results:
     pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
     protections_off: list[str] = field(default_factory=list)  # sandbox.protections: what this machine lacks
     ignored_files: list[str] = field(default_factory=list)  # .py files that are not stage modules (never run)
+    located: dict = field(default_factory=dict)  # issue 23 hook: stage -> localise.Located (the wrong function)
 
     def _core(self, bonus: bool) -> list[StageResult]:
         return [s for n, s in self.stages.items() if STAGE[n].bonus == bonus]
@@ -271,6 +273,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
     found: dict[str, list[CheckResult]] = {}
     drawn: dict = {}
+    located: dict = {}
 
     def not_run(name: str, why: str) -> list[CheckResult]:
         return [CheckResult(c, False, why, not_run=True) for c in checks_to_run(name, public_only)]
@@ -289,6 +292,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                     return
             for name in names:
                 found[name] = run_stage(api, ctx, name, submission, public_only)
+                if any(not r.passed for r in found[name]):  # issue 23 hook: which function is wrong on its own
+                    located.update(localise.located_for(api, ctx, name, submission))
             if pictures and not torch:
                 from . import pictures as pics
 
@@ -309,8 +314,9 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     done: dict[str, StageResult] = {}
     for s in wanted:
         sr = StageResult(s.name, found[s.name])
+        localise.attach(sr, located.get(s.name), done)  # issue 23 hook: an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
     ignored = sorted(p.name for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)
     return Results(submission, done, seed, time.monotonic() - t0, pictures=drawn, protections_off=protections(),
-                   ignored_files=ignored)
+                   ignored_files=ignored, located=located)

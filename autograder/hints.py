@@ -9,6 +9,7 @@ article section.
 import json
 from pathlib import Path
 
+from .hint_ladders import ladder as ladder_of
 from .sources import first_stub
 from .stages import CATALOGUE, HINTS, STAGE, STAGES
 
@@ -73,15 +74,20 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         state = {}
-    shown = set(state.get("diagnoses_shown", []))
-    named = [d for d in load_grade_state(submission)["diagnoses"].get(stage, []) if d not in shown]
+    # issue 23: each diagnosis has its own ladder (autograder/hint_ladders.py); a new one starts at its first rung
+    rungs = state.setdefault("diagnosis_rungs", {})
+    named = [d for d in load_grade_state(submission)["diagnoses"].get(stage, [])
+             if d in CATALOGUE and rungs.get(d, 0) < len(ladder_of(CATALOGUE[d]))]
     if named:  # the mistake the last run named, before the general ladder
         m = CATALOGUE[named[0]]
-        state["diagnoses_shown"] = sorted(shown | {m.id})
+        steps = ladder_of(m)
+        rung = rungs.get(m.id, 0)
+        rungs[m.id] = rung + 1
         _save(path, state)
-        return (f"Hint for stage {STAGE[stage].number} ({stage}), about the mistake your last run named, {m.id}:\n"
-                f"  {m.explanation[0].upper() + m.explanation[1:]}. Open {m.where.replace(':', ', function ')} "
-                f"and reread {m.reread}.\n(run `make hint` again for the stage's general hints)")
+        more = ("run `make hint` again for the next one" if rung + 1 < len(steps)
+                else "run `make hint` again for the stage's general hints")
+        return (f"Hint {rung + 1}/{len(steps)} for stage {STAGE[stage].number} ({stage}), about the mistake your "
+                f"last run named, {m.id}:\n  {steps[rung]}\n({more})")
     ladder = HINTS[stage]
     rung = min(int(state.get(stage, 0)), len(ladder) - 1)
     state[stage] = rung + 1

@@ -59,7 +59,7 @@ class Check:
     cite: str = ""
     worked_id: str | None = None
     rule: str = ""  # the sentence of the contract it enforces, as the student reads it (stub docstring or README)
-    twin: bool = False  # a hidden check run on the public seed-0 inputs, for no points (see stages.checks_to_run)
+    twin: bool = False  # a hidden check run on the public seed-0 inputs, for its points (see stages.checks_to_run)
 
     @property
     def id(self) -> str:

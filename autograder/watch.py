@@ -3,7 +3,9 @@
 The saved stage's verdict comes first and the stages that use it follow on the same screen (a
 progress bar, the whole kit's total, diagnoses, the next step). Ctrl-C leaves cleanly.
 """
+import os
 import queue
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -93,6 +95,7 @@ class Session:
             if self.cancel.is_set():
                 return
             self.kit.update(res.stages)
+            agree_with_grade(self.kit, self.folder)  # issue 23 hook: the statuses `make grade` would give
             found = {**(merged.stages if merged else {}), **res.stages}
             merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed,
                              protections_off=res.protections_off)
@@ -117,6 +120,31 @@ class Session:
         self.server.close()
 
 
+def ends_with_terminal() -> None:
+    """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does (issue 23)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    for name in ("SIGHUP", "SIGTERM"):
+        if hasattr(signal, name) and threading.current_thread() is threading.main_thread():
+            signal.signal(getattr(signal, name), stop)
+
+
+def agree_with_grade(kit: dict, folder: Path) -> None:
+    """Decide each known stage's status again, in stage order, over every stage's latest result, as one
+    `make grade` would over all of them (a save in masking.py grades masking alone: 'blocked by scaling'
+    needs scaling's latest result)."""
+    from .grade import decide_status
+
+    done: dict = {}
+    for s in STAGES:
+        if s.name in kit:
+            sr = kit[s.name]
+            sr.blocked_by = None
+            decide_status(sr, done, folder)
+            done[s.name] = sr
+
+
 def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bool = False, out=sys.stdout) -> int:
     """File events (watchfiles) instead of polling: a burst of saves (an editor's temporary file and
     rename) is one change, graded once; a save during a grade cancels it and grades again."""
@@ -136,6 +164,8 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
 
     threading.Thread(target=listen, daemon=True).start()
     changed: set[str] | None = None  # None: the first grade covers every stage
+    parent = os.getppid()
+    ends_with_terminal()
     try:
         while True:
             session.cancel.clear()
@@ -146,6 +176,8 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
                 try:
                     changed = events.get(timeout=0.1)
                 except queue.Empty:
+                    if os.getppid() != parent:  # issue 23: the parent (make, the shell) is gone: so is the terminal
+                        raise KeyboardInterrupt from None
                     continue
                 while not events.empty():
                     changed |= events.get()

@@ -44,6 +44,7 @@ def test_hints_follow_the_latest_run_and_lead_with_its_diagnosis(tmp_path):
     remember_run(grade(sub, stages=["masking"]))
     first = next_hint(sub)
     assert "mask-top-left" in first and "stage 5 (masking)" in first
+    assert all("mask-top-left" in next_hint(sub) for _ in range(2))  # the diagnosis's own ladder (3 rungs)
     assert next_hint(sub).startswith("Hint 1/3 for stage 5 (masking)")
     remember_run(grade(sub, stages=["softmax"]))  # a later run of a stage that passes: masking still fails
     assert next_hint(sub).startswith("Hint 2/3 for stage 5 (masking)")

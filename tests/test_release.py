@@ -35,7 +35,8 @@ def test_release_has_no_solutions_nor_reference_and_runs_hidden_checks_as_twins(
              "run = [c for s in STAGES for c in checks_to_run(s.name, True)]\n"
              "print(sorted({c.visibility for c in run}), sum(c.points for c in run if c.twin))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=student_repo, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['public']", "0.0"]
+    hidden = sum(c.points for c in CHECKS if c.visibility == "hidden")
+    assert out.stdout.split() == ["['public']", str(float(hidden))]  # twins keep their points (issue 23)
 
 
 def test_release_contains_no_solution_text(student_repo):
@@ -111,3 +112,32 @@ def test_every_catalogued_mistake_fails_its_stage_in_the_release(student_repo, t
     home = CATALOGUE[mistake].stage if CATALOGUE[mistake].stage in stages else stages[0]
     status = release_status(student_repo, variant(tmp_path, edits), stages)
     assert status[home] == "failed", status
+
+
+def test_student_gitignore_covers_what_the_kit_writes(student_repo):
+    assert "report.html" in (student_repo / ".gitignore").read_text().split()
+
+
+def test_no_failed_stage_shows_full_points_locally(student_repo, tmp_path):
+    """Every catalogued mistake, graded by the release's own grader (fixtures, twins): a stage that fails
+    never shows full points, and the stage the mistake belongs to loses points."""
+    subs = {}
+    for mistake, (edits, stages) in MUTANTS.items():
+        subs[mistake] = (str(variant(tmp_path / mistake, edits)), stages)
+    script = ("import json, sys; sys.path.insert(0, '.'); from autograder.grade import grade\n"
+              "out = {}\n"
+              "for name, (sub, stages) in json.load(open(sys.argv[1])).items():\n"
+              "    res = grade(sub, stages=stages)\n"
+              "    out[name] = {n: [s.status, s.score, s.max_score] for n, s in res.stages.items()}\n"
+              "print(json.dumps(out))\n")
+    (tmp_path / "subs.json").write_text(json.dumps(subs))
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path / "subs.json")], cwd=student_repo,
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-2000:]
+    found = json.loads(p.stdout.strip().splitlines()[-1])
+    full_but_failed = [(m, n) for m, stages in found.items() for n, (status, score, top) in stages.items()
+                       if status != "passed" and score >= top]
+    assert not full_but_failed
+    for mistake, stages in found.items():
+        first = MUTANTS[mistake][1][0]
+        assert stages[first][0] != "passed" and stages[first][1] < stages[first][2], (mistake, stages[first])

@@ -46,6 +46,9 @@ def record_fixtures() -> dict:
         res = grade(ROOT / "solutions", ref=Recorder(ReferenceAPI(), "ref", store),
                     mistakes=Recorder(mistakes, "mistakes", store),
                     public_only=True, pictures=True)
+        from ..localise import prime
+
+        prime(Recorder(ReferenceAPI(), "ref", store))  # issue 23: the localisation probes' answers
     finally:
         compare.EAGER_MISTAKES = False
     if res.score != res.max_score:
@@ -260,7 +263,7 @@ def release(out: Path = DIST / "student") -> Path:
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())
-    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\n")
+    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n")
     return out
 
 

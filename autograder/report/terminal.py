@@ -30,14 +30,13 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     if bonus:
         lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
                      "  (apart from the core points)")
-    full = sum(s.points for s in core + bonus)
-    shown = res.max_score + res.bonus_max_score
-    if shown < full:
-        twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
-        failing = sum(not r.passed for r in twins)
-        lines.append(f"      ({_num(full - shown)} of {full} points are scored only by the autograder: the same "
-                     f"{len(twins)} checks on inputs you have not seen. Here they ran on fixed inputs for no points"
-                     + (f"; {failing} of them fail, and will cost points there)" if failing else "; all pass)"))
+    twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
+    if twins:  # issue 23: twins count here as the autograder counts them, marked as such
+        failing = [r for r in twins if not r.passed]
+        lines.append(f"      ({_num(sum(r.check.points for r in twins))} of these points are twins: {len(twins)} checks "
+                     "the autograder runs on inputs you have not seen, run here on fixed inputs and counted as it "
+                     "counts them" + (f"; {len(failing)} fail, {_num(sum(r.check.points for r in failing))} points)"
+                                      if failing else "; all pass)"))
     notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
     if notes:
         lines.append("")

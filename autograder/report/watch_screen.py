@@ -1,7 +1,7 @@
 """The watch screen: a progress bar over the core stages and the whole kit's total (from every stage's
 latest result), the stages just graded, their failing checks and diagnoses (the terminal report's lines
 for them), and the next step, drawn once per save."""
-from ..advice import STATUS_WORD, next_step
+from ..advice import STATUS_WORD, blocked_note, next_step
 from ..grade import Results
 from ..stages import STAGE, STAGES
 from .terminal import failure_lines
@@ -21,10 +21,26 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
         if sr is None:
             lines.append(f"  stage {STAGE[name].number} {name}: grading ..." if name in pending else "")
             continue
-        lines.append(f"  stage {STAGE[name].number} {name}: {STATUS_WORD[sr.status]} ({sr.score:g}/{sr.max_score:g})")
+        blocked = f" {blocked_note(sr, res)}" if sr.status == "blocked" and sr.blocked_by else ""
+        lines.append(f"  stage {STAGE[name].number} {name}: {STATUS_WORD[sr.status]}{blocked} "
+                     f"({sr.score:g}/{sr.max_score:g})")
     details = [line for sr in res.stages.values() for line in failure_lines(sr, res, verbose=False)
                if line.startswith(("  Diagnosis", "  x ", "      "))][:12]
     statuses = {n: sr.status for n, sr in kit.items()}
     step = "grading the stages that use it ..." if pending else next_step(res, statuses)
     off = [f"  (this machine: {note})" for note in res.protections_off]
-    return "\n".join(lines + [""] + details + ["", "Next step: " + step] + off)
+    return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + step] + off)
+
+
+WIDTH = 80  # issue 23: a line longer than the terminal wraps, and the redraw over the old screen then overlaps
+
+
+def fit(line: str, width: int = WIDTH) -> str:
+    """The line wrapped to the terminal's width (continuations indented as the line is)."""
+    import textwrap
+
+    if len(line) < width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()))
+    return "\n".join(textwrap.wrap(line, width - 1, subsequent_indent=indent + "  ", break_long_words=True,
+                                    break_on_hyphens=False)) or line

@@ -43,6 +43,11 @@ FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
+# issue 23 hook: the inferred diagnoses (autograder/inference.py) join the catalogue, so every place that names a
+# mistake by id (explanations, reread sections, "Diagnosis <id>: ...") treats them alike; they belong to no stage
+from ..inference import INFERRED  # noqa: E402
+
+CATALOGUE.update({m.id: m for m in INFERRED})
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
@@ -55,14 +60,15 @@ def mistakes_of(diagnosis: str | None) -> list[Mistake]:
 def checks_to_run(stage: str, public_only: bool) -> list[Check]:
     """The checks of `stage`, in order. Where the reference is absent (the student repo, public_only),
     each hidden check runs as its public twin: the same check on the seed-0 inputs, answered from the
-    recorded fixtures, for no points; so every kind of mistake shows locally, while the autograder
-    re-checks the same things on inputs the student never saw, for the points."""
+    recorded fixtures; so every kind of mistake shows locally, while the autograder re-checks the same
+    things on inputs the student never saw. A twin keeps its points (issue 23): the local total counts
+    it as the autograder would, so a stage that fails never shows full points; reports mark it a twin."""
     out = []
     for c in STAGE[stage].checks:
         if c.visibility == "public" or not public_only:
             out.append(c)
         else:
-            out.append(dataclasses.replace(c, visibility="public", points=0.0, twin=True))
+            out.append(dataclasses.replace(c, visibility="public", twin=True))
     return out
 
 

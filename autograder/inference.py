@@ -1,0 +1,246 @@
+"""Diagnosis by inference, beside the catalogue (issue 23).
+
+The catalogue (each stage's `mistakes`) names a wrong answer only when it equals a mistake someone
+wrote down. When none matches, the structure of the difference can still say what happened: which
+sums are 1, the factor between two sets of log-weights, the pattern a mask's zeros draw, the
+resolution of the error, a permutation that maps the right answer onto the wrong one. Each reading
+here returns (id, evidence in numbers) or None, and claims an id only when the evidence fits
+exactly (within the matching tolerance); correct output never reaches these functions.
+"""
+import itertools
+import math
+
+import numpy as np
+
+from .registry import Mistake
+
+TOL = 1e-3  # how exactly a structure must fit before it is claimed (relative, fp32 inputs)
+
+INFERRED: tuple[Mistake, ...] = (
+    Mistake(id="inferred-softmax-axis", where="softmax.py:softmax",
+            explanation="the weights are normalised along another axis than the keys, so a query's weights do "
+                        "not sum to 1",
+            reread="Article A, 'Turn scores into weights with softmax'"),
+    Mistake(id="inferred-normalised-everything", where="softmax.py:softmax",
+            explanation="the weights are normalised over the whole matrix at once instead of one query's row "
+                        "at a time",
+            reread="Article A, 'Turn scores into weights with softmax'"),
+    Mistake(id="inferred-temperature", where="scaling.py:scaled_scores",
+            explanation="the scores are divided by the wrong amount before softmax, so the weights are too sharp "
+                        "or too flat",
+            reread="Article B, 'Why divide by the square root of d_k'"),
+    Mistake(id="inferred-scaled-after-softmax", where="masking.py:attention",
+            explanation="a factor is applied to the weights after softmax, so each query's weights no longer "
+                        "sum to 1; scale the scores, before softmax",
+            reread="Article A, 'Turn scores into weights with softmax'"),
+    Mistake(id="inferred-mask-pattern", where="masking.py:causal_mask",
+            explanation="the mask lets each query see a different set of keys than the causal rule "
+                        "(query i sees keys j <= n_k - n_q + i)",
+            reread="Article B, 'Causal attention'"),
+    Mistake(id="inferred-low-precision", where="softmax.py:softmax",
+            explanation="the result is computed in a low-precision float type (float16 or bfloat16) somewhere, "
+                        "and its rounding shows; keep the input's precision",
+            reread="the stub's docstring ('any float dtype')"),
+    Mistake(id="inferred-layout", where="heads.py:split_heads",
+            explanation="the output holds the right numbers in the wrong arrangement: axes swapped, or a reshape "
+                        "where the axes had to be moved first",
+            reread="Article B, 'Code that matches the hand numbers'"),
+    Mistake(id="inferred-no-output-projection", where="module.py:forward",
+            explanation="the output is the heads placed side by side, without the output projection applied",
+            reread="Article B, 'Multi-head attention'"),
+    Mistake(id="inferred-cache-contents", where="kv_cache.py:append",
+            explanation="the cache does not hold the keys and values of the positions it should: an entry is "
+                        "written twice, skipped, or holds another tensor",
+            reread="Article B, 'What it costs as the sequence grows'"),
+)
+INFERRED_IDS = {m.id for m in INFERRED}
+
+
+def _close(a, b, tol: float = TOL) -> bool:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if b.ndim == 0:
+        b = np.broadcast_to(b, a.shape)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol * 0.1, equal_nan=False))
+
+
+def _arrays(got, want):
+    try:
+        g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return (g, w) if g.size and np.all(np.isfinite(w)) else None
+
+
+def _is_weights(w: np.ndarray) -> bool:
+    return w.ndim >= 1 and bool(np.all(w >= 0)) and _close(w.sum(-1), 1.0, 1e-6)
+
+
+def normalisation(got, want):
+    """Weights whose 1-sums run along another axis, or over everything at once."""
+    pair = _arrays(got, want)
+    if pair is None or not _is_weights(pair[1]) or pair[0].shape != pair[1].shape or pair[0].ndim < 2:
+        return None
+    g, _ = pair
+    if _close(g.sum(-1), 1.0, 1e-5):
+        return None
+    rows = np.round(g.sum(-1).ravel()[:3], 4).tolist()
+    for ax in range(g.ndim - 1):
+        if _close(g.sum(ax), 1.0, 1e-5):
+            return ("inferred-softmax-axis", f"the sums that are 1 run along axis {ax} of {g.ndim} (over "
+                    f"{'the queries' if ax == g.ndim - 2 else 'a batch axis'}), while the rows over the keys sum "
+                    f"to {rows}")
+    if _close(g.sum(axis=(-2, -1)), 1.0, 1e-5):
+        return ("inferred-normalised-everything", f"the whole [{g.shape[-2]}, {g.shape[-1]}] matrix sums to 1, "
+                f"its rows to {rows}")
+    return None
+
+
+def _divisor_name(divisor: float, facts: dict) -> str | None:
+    """What a divisor of the raw scores corresponds to, given d_k and the lengths."""
+    d_k, n_q, n_k = facts.get("d_k"), facts.get("n_q"), facts.get("n_k")
+    names = {"1 (no scaling at all)": 1.0}
+    if d_k:
+        names[f"1/sqrt(d_k) = 1/sqrt({d_k}) (a multiplication where a division belongs)"] = 1 / math.sqrt(d_k)
+        names.update({f"d_k = {d_k}": d_k, f"d_k**2 = {d_k ** 2}": d_k ** 2, f"d_k**1.5 = {d_k ** 1.5:g}": d_k ** 1.5})
+        if facts.get("n_heads"):
+            dm = d_k * facts["n_heads"]
+            names[f"sqrt(d_model) = sqrt({dm})"] = math.sqrt(dm)
+    for n, label in ((n_k, "n_k"), (n_q, "n_q")):
+        if n and n != d_k:
+            names.setdefault(f"sqrt({label}) = sqrt({n})", math.sqrt(n))
+    for name, value in names.items():
+        if d_k and abs(value - math.sqrt(d_k)) < 1e-9:
+            continue
+        if abs(divisor / value - 1) < 1e-3:
+            return name
+    return None
+
+
+def temperature(got, want, facts: dict, weights: bool):
+    """A constant factor between the student's and the reference's scores (or centred log-weights)."""
+    pair = _arrays(got, want)
+    if pair is None or pair[0].shape != pair[1].shape or not facts.get("d_k"):
+        return None
+    g, w = pair
+    if weights:
+        if not (_is_weights(g) and _is_weights(w)) or np.any(g <= 0) or np.any(w <= 0):
+            return None
+        g = np.log(g) - np.log(g).mean(-1, keepdims=True)
+        w = np.log(w) - np.log(w).mean(-1, keepdims=True)
+    if float(np.sum(w * w)) < 1e-12:
+        return None
+    a = float(np.sum(g * w) / np.sum(w * w))
+    if abs(a - 1) < 1e-3 or a <= 0 or not _close(g, a * w):
+        return None
+    divisor = math.sqrt(facts["d_k"]) / a
+    name = _divisor_name(divisor, facts)
+    if name is None:
+        return None
+    what = "log-weights" if weights else "scores"
+    return ("inferred-temperature", f"your {what} are {a:.4g} times the right ones: the raw scores q.k are divided "
+            f"by {divisor:.4g}, which is {name}, where sqrt(d_k) = {math.sqrt(facts['d_k']):.4g} is right")
+
+
+def after_softmax(got, want):
+    """Weights that are the right ones times a factor per row (a scale applied after softmax)."""
+    pair = _arrays(got, want)
+    if pair is None or pair[0].shape != pair[1].shape or not _is_weights(pair[1]):
+        return None
+    g, w = pair
+    c = g.sum(-1, keepdims=True)
+    if np.all(np.abs(c - 1) < 1e-2) or np.any(c <= 0) or not _close(g, w * c):  # a real factor, not rounding
+        return None
+    vals = np.unique(np.round(c.ravel(), 4))[:3].tolist()
+    return ("inferred-scaled-after-softmax", f"each row is the right weights times a constant: the rows sum to "
+            f"{vals} instead of 1")
+
+
+def describe_pattern(allowed: np.ndarray) -> str:
+    """The rule a boolean [n_q, n_k] mask follows, in words ('query i sees keys j <= i+1'), or its rows."""
+    n_q, n_k = allowed.shape
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    for s in range(-n_k, n_k + 1):
+        term = f"i{s:+d}" if s else "i"
+        for rule, mask in ((f"j <= {term}", j <= i + s), (f"j < {term}", j < i + s),
+                           (f"j >= {term}", j >= i + s), (f"j > {term}", j > i + s)):
+            if np.array_equal(allowed, mask):
+                return f"query i sees keys {rule}"
+    if np.array_equal(allowed, allowed.T) and n_q == n_k:
+        return "a symmetric pattern, rows " + str(allowed.astype(int).tolist())
+    return "rows " + str(allowed.astype(int).tolist())
+
+
+def mask_pattern(got, want):
+    """A boolean mask against the right one: the rule the student's mask follows."""
+    g, w = np.asarray(got), np.asarray(want)
+    if g.shape != w.shape or g.ndim != 2 or g.dtype != bool or np.array_equal(g, w):
+        return None
+    n_q, n_k = w.shape
+    right = f"query i sees keys j <= i{n_k - n_q:+d}" if n_k != n_q else "query i sees keys j <= i"
+    extra = ""
+    if n_q == n_k and np.array_equal(g, w.T):
+        extra = " (the transpose of the right mask)"
+    elif np.array_equal(g, ~w):
+        extra = " (the right mask inverted)"
+    return ("inferred-mask-pattern", f"for n_q={n_q}, n_k={n_k} your mask says {describe_pattern(g)}{extra}; the "
+            f"rule is {right}")
+
+
+def low_precision(got, want):
+    """An error at the resolution of float16 or bfloat16, with every value on that type's grid."""
+    pair = _arrays(got, want)
+    if pair is None or pair[0].shape != pair[1].shape or not np.all(np.isfinite(pair[0])):
+        return None
+    g, w = pair
+    err = float(np.max(np.abs(g - w) / np.maximum(np.abs(w), 1e-3)))
+    if not 1e-6 < err < 5e-2:
+        return None
+    for name, eps in (("float16", 2.0 ** -11), ("bfloat16", 2.0 ** -8)):
+        if name == "float16":
+            on_grid = np.array_equal(g.astype(np.float16).astype(np.float64), g)
+        else:
+            bits = g.astype(np.float32).view(np.uint32)
+            on_grid = bool(np.all(bits & 0xFFFF == 0))
+        if on_grid and err <= 16 * eps:  # the input rounded too: a few units of the last place
+            return ("inferred-low-precision", f"every value you return is a {name} number, and the largest "
+                    f"relative error, {err:.2g}, is {name}'s resolution ({eps:.2g})")
+    return None
+
+
+def layout(got, want):
+    """The right numbers rearranged: a permutation of the axes, read back in the expected shape."""
+    pair = _arrays(got, want)
+    if pair is None or pair[0].size != pair[1].size or pair[1].ndim < 2 or pair[1].ndim > 5:
+        return None
+    g, w = pair
+    if np.unique(np.round(w, 6)).size < w.size // 2:  # too many equal entries to tell arrangements apart
+        return None
+    for perm in itertools.permutations(range(w.ndim)):
+        if perm == tuple(range(w.ndim)):
+            continue
+        moved = np.transpose(w, perm)
+        if moved.shape == g.shape and _close(g, moved):
+            return ("inferred-layout", f"your output is the right one with its axes in the order {perm} (a "
+                    "transpose or swapaxes too many or too few)")
+        if _close(g, moved.reshape(g.shape)):
+            return ("inferred-layout", f"your output holds the right numbers, but in the memory order of the axes "
+                    f"{perm} read back as shape {tuple(g.shape)}: a reshape where the axes had to be swapped first")
+    return None
+
+
+def infer(got, want, facts: dict | None = None, mask: bool = False) -> tuple[str, str] | None:
+    """The first reading that fits: (inferred id, evidence), or None."""
+    facts = facts or {}
+    if mask:
+        return mask_pattern(got, want)
+    readings = [lambda: normalisation(got, want), lambda: after_softmax(got, want),
+                lambda: temperature(got, want, facts, weights=facts.get("weights", False)),
+                lambda: low_precision(got, want), lambda: layout(got, want)]
+    for read in readings:
+        try:
+            found = read()
+        except (TypeError, ValueError, FloatingPointError):
+            found = None
+        if found:
+            return found
+    return None
