@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
         "dataclasses, functools, itertools, collections, abc, enum, numbers and each other, and nothing "
-        "else; they may not open files, run strings as code (eval, exec, compile, __import__) or reach "
-        "into frames, globals or dunder attributes such as __globals__ and __subclasses__. A module "
-        "that does is refused before any of it runs")
+        "else; they may not open files, run strings as code (eval, exec, compile, __import__), change "
+        "numpy or torch themselves (np.allclose = ...), or reach into frames, globals or dunder attributes "
+        "such as __globals__ and __subclasses__. A module that does is refused before any of it runs")
 ALLOWED_MODULES = {"numpy", "torch", "math", "typing", "__future__", "dataclasses", "functools", "itertools",
                    "collections", "abc", "enum", "numbers"}
 REFUSED_NAMES = {"eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "breakpoint",
@@ -29,7 +29,10 @@ REFUSED_ATTRIBUTES = {
     "genfromtxt", "fromregex", "memmap", "open_memmap", "ctypes", "ctypeslib", "f2py", "DataSource", "npyio",
     "from_file", "hub", "multiprocessing", "cpp_extension", "load_library", "_C", "classes", "library", "package",
     "distributed", "serialization", "storage", "untyped_storage", "data_ptr", "gi_frame", "gi_code", "cr_frame",
-    "ag_frame", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "co_code"}
+    "ag_frame", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next", "co_code",
+    # the machinery the grader measures with: torch's function and dispatch modes, its FLOP counter
+    "overrides", "_python_dispatch", "_pop_mode_temporarily", "_get_current_function_mode", "flop_counter",
+    "_disable_current_modes", "_C"}
 ALLOWED_DUNDERS = {"__init__", "__call__", "__name__", "__class__", "__len__", "__repr__", "__str__", "__doc__",
                    "__getitem__", "__setitem__", "__iter__", "__next__", "__enter__", "__exit__", "__post_init__",
                    "__qualname__", "__module__", "__annotations__"}
@@ -69,7 +72,14 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     def refuse(node: ast.AST, what: str) -> None:
         found.append(Refusal(getattr(node, "lineno", 0), what))
 
+    libraries = _library_names(tree)
     for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else node.targets if isinstance(node, ast.Delete) else []
+        for target in targets:
+            root = _root_name(target) if isinstance(target, (ast.Attribute, ast.Subscript)) else None
+            if root in libraries:  # np.allclose = ..., torch.Tensor.foo = ...: changing the libraries themselves
+                refuse(node, f"changing {ast.unparse(target)} (numpy's or torch's own)")
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, own):
@@ -93,6 +103,8 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
                 refuse(node, f".{attr}")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_BUILTINS:
             name = node.args[1] if len(node.args) > 1 else None
+            if node.func.id in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in libraries:
+                refuse(node, f"{node.func.id}() on {ast.unparse(node.args[0])} (numpy's or torch's own)")
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
                 refuse(node, f"{node.func.id}() with a computed attribute name")
             elif name.value in REFUSED_ATTRIBUTES or (name.value.startswith("__") and name.value not in ALLOWED_DUNDERS):
@@ -100,6 +112,24 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
             refuse(node, "a path under /proc")
     return sorted(found, key=lambda r: r.line)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """The name an attribute or subscript chain starts from: `np` for np.linalg.norm, None for a call's result."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _library_names(tree: ast.Module) -> set[str]:
+    """The names a module binds to numpy, torch or the standard library: `np`, `F`, `nn`, `Tensor`, `math`."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names |= {a.asname or a.name for a in node.names}
+    return names
 
 
 def describe(file: str, found: list[Refusal]) -> str:

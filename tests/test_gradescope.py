@@ -101,13 +101,17 @@ def test_hidden_seed_depends_on_secret_and_submission(zip_path, tmp_path):
     assert a != derive_seed("other", ROOT / "solutions") and a != derive_seed(SECRET, ROOT / "exercises")
 
 
-def test_patching_allclose_gains_nothing(zip_path, tmp_path):
+def test_patching_allclose_gains_nothing(zip_path, tmp_path, layer):
     wrong = run_zip(zip_path, variant(tmp_path / "a", {"softmax.py": [WRONG_SOFTMAX]}), tmp_path / "a")[1]
     patch = ("import numpy as np\nimport numpy.testing\nnp.allclose = lambda *a, **k: True\n"
              "np.testing.assert_allclose = lambda *a, **k: None\nnp.array_equal = lambda *a, **k: True\n")
     hostile = variant(tmp_path / "b", {"softmax.py": [WRONG_SOFTMAX, ("import numpy as np\n", patch)]})
-    got = run_zip(zip_path, hostile, tmp_path / "b")[1]
-    assert got == wrong and got["softmax"] < 12
+    data, got = run_zip(zip_path, hostile, tmp_path / "b")
+    if layer == "static check":  # refused: numpy itself may not be changed, nor numpy.testing imported
+        refused_alone(data, got, "softmax.py", ("projections", "scaling", "kv_cache", "fused", "tiled"))
+        assert got["softmax"] == 0
+    else:  # the patch runs in the child, and the comparisons are the parent's
+        assert got == wrong and got["softmax"] < 12
 
 
 def test_exit_at_import_costs_only_stages_that_import_it(zip_path, tmp_path, layer):

@@ -27,6 +27,11 @@ ESCAPES = {
     "the grader's modules": "import autograder.child.drivers\n",
     "a helper file of its own": "from .answers import ANSWERS\n",
     "a signature forged": "def f(x=0):\n    return x\nf.__signature__ = None\n",
+    "numpy patched": "np.allclose = lambda *a, **k: True\n",
+    "torch's class patched": "import torch\ntorch.Tensor.numel = lambda self: 0\n",
+    "setattr on torch": "import torch\nsetattr(torch.nn.functional, 'scaled_dot_product_attention', None)\n",
+    "the FLOP counter": "import torch\nC = torch.utils.flop_counter.FlopCounterMode\n",
+    "hiding from the SDPA spy": "import torch\nM = torch.overrides._pop_mode_temporarily\n",
 }
 
 
