@@ -123,6 +123,9 @@ def main() -> int:
     row("make grade (solutions, all stages)", timed(grade, args.runs), "import numpy, torch", floor_np_torch, "<= 2x")
     row("make grade STAGE=softmax", timed(grade + ["--stage", "softmax"], args.runs), "import numpy", floor_np,
         "<= 3x and < 1 s")
+    # what the namespace boundary costs a grade (the same grade with ATTN_NO_NAMESPACES=1 is the floor)
+    plain = {"ATTN_NO_NAMESPACES": "1"}
+    row("make grade, in namespaces", timed(grade, args.runs), "same, no namespaces", timed(grade, args.runs, env=plain))
 
     from autograder.instructor.build import autograder_zip, gradescope_local
 
@@ -151,9 +154,15 @@ def main() -> int:
                            stderr=subprocess.DEVNULL)
             per_min[jobs] = args.batch / (time.perf_counter() - t0) * 60
         cores = os.cpu_count() or 1
+        t0 = time.perf_counter()  # the same batch on every core, with the fork server instead of namespaces
+        subprocess.run([PY, "-m", "autograder", "regrade", str(batch), "--jobs", str(cores), "--trust", "--out",
+                        str(tmp / "out-plain")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env={**os.environ, **plain})
+        per_min["plain"] = args.batch / (time.perf_counter() - t0) * 60
     throughput = {"submissions": args.batch, "per_minute_1_core": round(per_min[1], 1),
                   f"per_minute_{cores}_cores": round(per_min[cores], 1),
-                  "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear"}
+                  "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear",
+                  f"per_minute_{cores}_cores_fork_server_no_namespaces": round(per_min["plain"], 1)}
     watch = watch_latency(5 if args.quick else 10)
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
@@ -163,7 +172,8 @@ def main() -> int:
         print(f"{r['measure']:<44} {r['seconds']:>9.3f} {r['floor']:>20} {r['floor_seconds']:>8.3f} "
               f"{r['ratio']:>6.2f}  {r['target'] or ''}")
     print(f"\nregrade of {args.batch} submissions: {throughput['per_minute_1_core']}/min on 1 core, "
-          f"{throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']})")
+          f"{throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']}); "
+          f"{per_min['plain']:.1f}/min on {cores} cores with the fork server and no namespaces")
     print(f"\n{'make watch: save of':<20} {'its verdict s':>14} {'whole screen s':>15}  targets (median of {watch[0]['saves']})")
     for w in watch:
         print(f"{w['file']:<20} {w['verdict_s']:>14.3f} {w['screen_s']:>15.3f}  <= {w['target_verdict_s']} s, "

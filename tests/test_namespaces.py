@@ -85,3 +85,35 @@ def test_the_grade_runs_inside_them(tmp_path):
     res = grade(SOLUTIONS, stages=["softmax"])
     assert res.score == res.max_score
     assert not any("namespaces" in n for n in res.protections_off)
+
+
+def test_regrade_children_cannot_touch_the_batch_home_or_checkout(tmp_path, monkeypatch):
+    """With the static check switched off, a submission in a regrade tries to rewrite another student's
+    file, plant a file in the home folder and read the solutions: inside its namespaces none of them is
+    there, so everyone keeps their score and nothing outside its scratch changes."""
+    import shutil
+
+    from conftest import SOLUTIONS, variant
+
+    from autograder.instructor.regrade import regrade
+
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    home_marker = Path(os.path.expanduser("~")) / f".attn-planted-{os.getpid()}"
+    attack = ("import os\n"
+              f"for path, text in (({str(batch / 'alice' / 'softmax.py')!r}, 'raise SystemExit'),\n"
+              f"                   ({str(home_marker)!r}, 'planted')):\n"
+              "    try:\n        open(path, 'w').write(text)\n    except OSError:\n        pass\n"
+              f"SEEN = os.path.exists({str(ROOT / 'solutions' / 'softmax.py')!r})\n")
+    shutil.move(str(variant(tmp_path / "m", {"scaling.py": [("import numpy as np\n", "import numpy as np\n" + attack)]})),
+                batch / "mallory")
+    before = (batch / "alice" / "softmax.py").read_text()
+    out = regrade(batch, jobs=2, quiet=True)
+    import csv
+
+    rows = {r["submission"]: float(r["total"]) for r in csv.DictReader(open(out / "summary.csv"))}
+    assert rows["alice"] == rows["mallory"] == 100, rows
+    assert (batch / "alice" / "softmax.py").read_text() == before
+    assert not home_marker.exists()
