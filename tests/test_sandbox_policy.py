@@ -28,6 +28,10 @@ ESCAPES = {
     "a helper file of its own": "from .answers import ANSWERS\n",
     "a signature forged": "def f(x=0):\n    return x\nf.__signature__ = None\n",
     "numpy patched": "np.allclose = lambda *a, **k: True\n",
+    "processes (300 spinners)": "import subprocess\n",
+    "threads": "import threading\n",
+    "multiprocessing through torch": "import torch.multiprocessing\n",
+    "sockets": "import socket\n",
     "torch's class patched": "import torch\ntorch.Tensor.numel = lambda self: 0\n",
     "setattr on torch": "import torch\nsetattr(torch.nn.functional, 'scaled_dot_product_attention', None)\n",
     "the FLOP counter": "import torch\nC = torch.utils.flop_counter.FlopCounterMode\n",
@@ -159,3 +163,28 @@ def test_hiding_products_from_the_counter_does_not_pass(tmp_path):
     res = _with_tiled(tmp_path / "v", viewed)
     skip = [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
     assert not skip.passed and "computed" in skip.message, skip.message
+
+
+def test_the_secret_never_travels_on_a_command_line(tmp_path):
+    """regrade takes the course secret from a file (or ATTN_SECRET), so no process list shows it; the seeds it
+    derives are the zip's."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from autograder.instructor.gradescope import derive_seed
+
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    (tmp_path / "secret").write_text("course-secret-42\n")
+    p = subprocess.run([sys.executable, "-m", "autograder", "regrade", str(batch), "--secret-file",
+                        str(tmp_path / "secret")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    seed = json.loads((tmp_path / "batch-results" / "alice.json").read_text())["extra_data"]["seed"]
+    assert seed == derive_seed("course-secret-42", batch / "alice")
+    help_text = subprocess.run([sys.executable, "-m", "autograder", "regrade", "--help"], cwd=ROOT,
+                               capture_output=True, text=True).stdout
+    assert "--secret-file" in help_text and "--secret " not in help_text
