@@ -48,9 +48,10 @@ def make_batch(folder: Path, n: int) -> None:
             shutil.move(str(variant(tmp, MUTANTS[kind][0])), dest)
 
 
-def watch_latency(saves: int) -> list[dict]:
+def watch_latency(saves: int, env: dict | None = None) -> list[dict]:
     """`make watch` on a copy of the solutions: from the write of a stage file to its stage's verdict on
-    the screen, and to the whole screen (the stages that use it included), median over `saves` saves."""
+    the screen, and to the whole screen (the stages that use it included), median over `saves` saves.
+    `env` adds variables (ATTN_NO_FORK=1: new interpreters instead of the fork server, as on macOS)."""
     import re
     import threading
 
@@ -60,7 +61,8 @@ def watch_latency(saves: int) -> list[dict]:
         sub = Path(tmp) / "exercises"
         shutil.copytree(ROOT / "solutions", sub)
         p = subprocess.Popen([PY, "-m", "autograder", "watch", "--submission", str(sub)], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**os.environ, "NO_COLOR": "1", **(env or {})})
         log: list[tuple[float, bytes]] = []
         threading.Thread(target=lambda: [log.append((time.perf_counter(), c)) for c in iter(lambda: p.stdout.read1(65536), b"")],
                          daemon=True).start()
@@ -164,6 +166,7 @@ def main() -> int:
                   "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear",
                   f"per_minute_{cores}_cores_fork_server_no_namespaces": round(per_min["plain"], 1)}
     watch = watch_latency(5 if args.quick else 10)
+    no_fork = watch_latency(3 if args.quick else 5, {"ATTN_NO_FORK": "1"})  # how macOS's watch compares
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
     machine = {"cpu": model, "cores": cores, "python": platform.python_version()}
@@ -178,9 +181,12 @@ def main() -> int:
     for w in watch:
         print(f"{w['file']:<20} {w['verdict_s']:>14.3f} {w['screen_s']:>15.3f}  <= {w['target_verdict_s']} s, "
               f"<= {w['target_screen_s']} s")
+    print(f"\n{'watch without fork:':<20} {'its verdict s':>14} {'whole screen s':>15}  (ATTN_NO_FORK=1, as on macOS)")
+    for w in no_fork:
+        print(f"{w['file']:<20} {w['verdict_s']:>14.3f} {w['screen_s']:>15.3f}")
     out = ROOT / "bench" / "results.json"
-    out.write_text(json.dumps({"machine": machine, "latency": rows, "throughput": throughput, "watch": watch},
-                              indent=2) + "\n")
+    out.write_text(json.dumps({"machine": machine, "latency": rows, "throughput": throughput, "watch": watch,
+                               "watch_no_fork": no_fork}, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 
