@@ -55,9 +55,12 @@ def _kept(scratch: Path) -> list[str]:
 
     paths = [scratch, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
              *(Path(p) for p in {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")})]
-    # each both as the child names it (a venv reached through a link) and as it resolves
-    found = [str(q) for p in paths if p.exists() for q in (Path(os.path.abspath(p)), p.resolve())]
-    return list(dict.fromkeys(found))
+    # each both as the child names it (a venv reached through a link) and as it resolves; a folder inside
+    # another kept one comes with it (fewer mounts: each costs a few milliseconds)
+    found = list(dict.fromkeys(str(q) for p in paths if p.exists() for q in (Path(os.path.abspath(p)), p.resolve())))
+    outer = sorted(found[1:], key=len)
+    outer = [p for i, p in enumerate(outer) if not any(p.startswith(o + "/") or p == o for o in outer[:i])]
+    return [found[0], *outer]
 
 
 def script(scratch: Path, uid: int | None, hide: list[Path] = ()) -> str:
