@@ -188,3 +188,18 @@ def test_the_secret_never_travels_on_a_command_line(tmp_path):
     help_text = subprocess.run([sys.executable, "-m", "autograder", "regrade", "--help"], cwd=ROOT,
                                capture_output=True, text=True).stdout
     assert "--secret-file" in help_text and "--secret " not in help_text
+
+
+def test_the_sdpa_baseline_is_kept_only_on_a_students_own_machine(monkeypatch, tmp_path):
+    """Between runs of `make grade` a student's machine keeps the baseline child's peak (one torch start less);
+    as root (the autograder, a regrade) every grading process measures its own."""
+    import os
+
+    from autograder.stages import fused
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    fused._save_baseline((False, 8192), 123456)
+    assert fused._saved_baseline((False, 8192)) == 123456 and fused._saved_baseline((True, 8192)) is None
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert fused._baseline_file((False, 8192)) is None
