@@ -132,7 +132,7 @@ def _regrade(args) -> int:
     secret = Path(args.secret_file).read_text().strip() if args.secret_file else os.environ.get("ATTN_SECRET")
     try:
         out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, secret, args.seed, args.timeout,
-                      anonymize=args.anonymize, trust=args.trust)
+                      anonymize=args.anonymize, trust=args.trust, fork_server=args.fork_server)
     except Untrusted as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                    "and the submission, as the zip does (or set ATTN_SECRET; never pass the secret itself as an argument)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--timeout", type=float, default=10.0)
+    r.add_argument("--fork-server", action="store_true", help="as root: fork every child from one warm server "
+                   "(each under its own uid) instead of giving each its own namespaces; about three times faster")
     r.add_argument("--trust", action="store_true", help="run the submissions even where nothing separates them "
                    "from your account (not root): only for code you trust")
     r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")

@@ -102,3 +102,22 @@ def test_grade_one_replaces_a_dead_server(monkeypatch):
     assert r["error"] is None and r["results"]["score"] == 100
     assert rg._zygote is not dead and rg._zygote.alive()
     rg._zygote.close()
+
+
+@pytest.mark.skipif(not separate_user_possible(), reason="the fork-server option needs root and a shared interpreter")
+def test_the_fork_server_option_grades_the_same_and_puts_the_modes_back(tmp_path):
+    """FORK_SERVER=1 (as root): every child forked from one server under its own uid, the reference and the
+    batch root-only meanwhile; the same totals as each child in namespaces, and the modes put back after."""
+    from conftest import ROOT
+
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    shutil.copytree(variant(tmp_path / "v", {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}),
+                    batch / "carol")
+    modes = {p: p.stat().st_mode for p in (ROOT / "attn_ref", ROOT / "solutions", batch)}
+    fast = regrade(batch, tmp_path / "fast", jobs=2, quiet=True, fork_server=True)
+    safe = regrade(batch, tmp_path / "safe", jobs=2, quiet=True)
+    rows = [{r["submission"]: r["total"] for r in csv.DictReader(open(out / "summary.csv"))} for out in (fast, safe)]
+    assert rows[0] == rows[1] and float(rows[0]["alice"]) > float(rows[0]["carol"])
+    assert {p: p.stat().st_mode for p in modes} == modes

@@ -34,12 +34,13 @@ def entries(folder: Path) -> list[Path]:
 _zygote: ForkServer | SubprocessLauncher | None = None  # the batch's fork server, shared by the grading processes
 
 
-def _server(hide: list[Path] = ()) -> ForkServer | SubprocessLauncher:
-    """The launcher to use. Where namespaces exist, a new interpreter per child inside them, with the batch
-    and its results hidden (the boundary costs the fork server's speed); else the shared fork server while
-    it answers, or one of this process's own (new interpreters where forking is not safe)."""
+def _server(hide: list[Path] = (), isolate: bool = True) -> ForkServer | SubprocessLauncher:
+    """The launcher to use. With `isolate` (namespaces exist, and the instructor did not ask for the fork
+    server), a new interpreter per child inside them, with the batch and its results hidden (the boundary
+    costs the fork server's speed); else the shared fork server while it answers, or one of this process's
+    own (new interpreters where forking is not safe)."""
     global _zygote
-    if namespaces.available():
+    if isolate and namespaces.available():
         return SubprocessLauncher(hide=list(hide))
     if _zygote is None or not _zygote.alive():
         _zygote = warm_launcher()
@@ -47,16 +48,17 @@ def _server(hide: list[Path] = ()) -> ForkServer | SubprocessLauncher:
     return _zygote
 
 
-def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = ()) -> dict:
+def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = (),
+              isolate: bool = True) -> dict:
     try:
         sub = locate(path)
         seed = derive_seed(secret, sub) if secret else seed
-        server = _server(hide)
+        server = _server(hide, isolate)
         res = grade(sub, seed=seed, timeout=timeout, zygote=server)
         if not server.alive():
             # the server died under this grading (a submission running as the grader's user killed it,
             # maybe one graded beside this one): grade again, so only the culprit loses its points
-            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide))
+            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide, isolate))
         return {"results": results_json(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         return {"results": None, "error": f"{type(e).__name__}: {e}"}
@@ -95,21 +97,27 @@ UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing
 
 def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secret: str | None = None,
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
-            trust: bool = False) -> Path:
+            trust: bool = False, fork_server: bool = False) -> Path:
     """Raises Untrusted before running anything where no boundary exists between the submissions and the
-    instructor (no separate uid, no namespaces), unless `trust`."""
+    instructor (no separate uid, no namespaces), unless `trust`. `fork_server` (as root only) forks every
+    child from one warm server under its own uid, without namespaces: about three times the rate, with
+    the reference, solutions, tests, batch and results made root-only for the batch instead."""
     folder = Path(folder)
     if not trust and not separate_user_possible() and not namespaces.available():
         raise Untrusted(UNTRUSTED.format(folder=folder))
+    if fork_server and not separate_user_possible():
+        raise Untrusted("--fork-server (FORK_SERVER=1) needs root and an interpreter other users can run: without "
+                        "namespaces, only a uid of its own separates each submission from the others")
+    isolate = namespaces.available() and not fork_server
     out = Path(out) if out else folder.with_name(folder.name + "-results")
     out.mkdir(parents=True, exist_ok=True)
     subs = entries(folder)
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
-    locked = _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
+    locked = {} if isolate else _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
     try:
-        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress)
+        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, isolate)
     finally:
         for path, mode in locked.items():
             path.chmod(mode)
@@ -124,7 +132,7 @@ def _lock_down(paths: list[Path]) -> dict[Path, int]:
     """As root without namespaces, the sandbox uids could read whatever others may: for the batch, the
     reference, the solutions, the tests, the submissions and the results are root's alone. Returns the
     modes to put back."""
-    if os.geteuid() != 0 or namespaces.available():
+    if os.geteuid() != 0:
         return {}
     modes = {p: p.stat().st_mode & 0o7777 for p in paths if p.is_dir()}
     for p in modes:
@@ -132,7 +140,7 @@ def _lock_down(paths: list[Path]) -> dict[Path, int]:
     return modes
 
 
-def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress) -> None:
+def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, isolate: bool) -> None:
     """One process per job (the grader's own work needs a core too, which threads would share under one
     GIL), all sharing one fork server that imports numpy and torch once for the whole batch (one
     torch-sized process instead of one per core), unless every child gets namespaces of its own."""
@@ -140,11 +148,11 @@ def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress) -
     # where forking is not safe (macOS), the grading processes are spawned and start their children anew
     context = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
     # one fork server for the batch, unless each child gets namespaces of its own (a new interpreter each)
-    _zygote = SubprocessLauncher() if namespaces.available() else warm_launcher(lock=context.Lock())
+    _zygote = SubprocessLauncher() if isolate else warm_launcher(lock=context.Lock())
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             hide = [folder.resolve(), out.resolve()]  # no submission sees the others, or the results
-            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide): p for p in subs}
+            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, isolate): p for p in subs}
             for fut in as_completed(futures):
                 p = futures[fut]
                 try:
