@@ -48,14 +48,14 @@ def _grade(args) -> int:
     from .grade import grade
     from .report.gradescope_json import write_json
     from .report.terminal import terminal
-    from .stages import STAGE
+    from .stages import BY_NAME
 
     required = [s.strip() for s in (args.require_pass or "").split(",") if s.strip()]
-    unknown = [s for s in [*(stages or []), *required] if s not in STAGE]
+    unknown = [s for s in [*(stages or []), *required] if s not in BY_NAME]
     if unknown:
         for w in workers.values():
             w.close()
-        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
+        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(BY_NAME)}", file=sys.stderr)
         return 2
 
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from .sources import first_stub
-from .stages import CATALOGUE, HINTS, STAGE, STAGES
+from .stages import BY_NAME, CATALOGUE, HINTS, STAGES
 
 
 def _state_path(submission: Path) -> Path:
@@ -66,8 +66,8 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
     stage = stage or first_unfinished(submission)
     if stage is None:
         return "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
-    if stage not in STAGE:
-        raise ValueError(f"unknown stage {stage}; stages: {', '.join(STAGE)}")
+    if stage not in BY_NAME:
+        raise ValueError(f"unknown stage {stage}; stages: {', '.join(BY_NAME)}")
     path = _state_path(submission)
     try:
         state = json.loads(path.read_text())
@@ -79,7 +79,7 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
         m = CATALOGUE[named[0]]
         state["diagnoses_shown"] = sorted(shown | {m.id})
         _save(path, state)
-        return (f"Hint for stage {STAGE[stage].number} ({stage}), about the mistake your last run named, {m.id}:\n"
+        return (f"Hint for stage {BY_NAME[stage].number} ({stage}), about the mistake your last run named, {m.id}:\n"
                 f"  {m.explanation[0].upper() + m.explanation[1:]}. Open {m.where.replace(':', ', function ')} "
                 f"and reread {m.reread}.\n(run `make hint` again for the stage's general hints)")
     ladder = HINTS[stage]
@@ -87,7 +87,7 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
     state[stage] = rung + 1
     _save(path, state)
     more = "run `make hint` again for the next one" if rung + 1 < len(ladder) else "that was the last hint"
-    return f"Hint {rung + 1}/{len(ladder)} for stage {STAGE[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
+    return f"Hint {rung + 1}/{len(ladder)} for stage {BY_NAME[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
 
 
 def _save(path: Path, state: dict) -> None:

@@ -80,9 +80,10 @@ class Session:
     def run(self, changed: set[str] | None) -> None:
         """Grade what `changed` reaches (everything when None): the saved stages first, then the stages that
         use them, on one screen whose lines are updated in place. Returns early when cancelled."""
-        from .grade import Results
+        from .advice import next_step
         from .hints import remember_run
         from .report.watch_screen import screen
+        from .results import Results
 
         stages = [s.name for s in STAGES] if changed is None else affected_stages(changed)
         first = [s.name for s in STAGES] if changed is None else own_stages(changed)
@@ -96,6 +97,7 @@ class Session:
             found = {**(merged.stages if merged else {}), **res.stages}
             merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed,
                              protections_off=res.protections_off)
+            merged.next_step = next_step(merged, {n: sr.status for n, sr in self.kit.items()})
             pending = [n for p in phases[i + 1:] for n in p]
             self.out.write((CLEAR if i == 0 else HOME) + screen(merged, self.kit, stages, self.color, pending)
                            + ERASE + "\n")
