@@ -39,8 +39,6 @@ def load_grade_state(submission: Path) -> dict:
         state = json.loads(_grade_state_path(submission).read_text())
     except (OSError, ValueError):
         state = {}
-    if state and "statuses" not in state:  # the older format: {stage: status}
-        state = {"statuses": state}
     return {"statuses": dict(state.get("statuses", {})), "diagnoses": dict(state.get("diagnoses", {})),
             "last": list(state.get("last", []))}
 

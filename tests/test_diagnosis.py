@@ -5,6 +5,7 @@ Each submission is a copy of the solutions with one change (conftest.variant).
 import pytest
 from conftest import grade, variant
 
+from autograder.advice import diagnosis_text
 from autograder.report.terminal import terminal
 from autograder.stages import CATALOGUE
 
@@ -174,9 +175,11 @@ def test_two_mistakes_at_once_are_both_named(tmp_path):
     res = grade(variant(tmp_path, edits), stages=["softmax", "scaling", "masking"])
     combined = [r for r in res.stages["masking"].checks if r.diagnosis == "scale-missing+mask-zero-not-neginf"]
     assert combined, [(r.check.id, r.diagnosis) for r in res.stages["masking"].checks if not r.passed]
-    assert "2 mistakes at once" in combined[0].message
+    assert combined[0].diagnoses == ["scale-missing", "mask-zero-not-neginf"]
+    assert not combined[0].message.startswith("diagnosis")  # the evidence only: the diagnosis is data
     text = terminal(res)
     assert "Diagnosis scale-missing" in text and "Diagnosis mask-zero-not-neginf" in text
+    assert "2 mistakes at once" in diagnosis_text(combined[0].diagnosis)
 
 
 def test_earlier_stage_mistake_seen_later_blocks(tmp_path):

@@ -105,5 +105,9 @@ def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILIT
     }
 
 
+def as_text(res: Results) -> str:
+    return json.dumps(results_json(res), indent=2) + "\n"
+
+
 def write_json(res: Results, path: Path) -> None:
-    Path(path).write_text(json.dumps(results_json(res), indent=2) + "\n")
+    Path(path).write_text(as_text(res))
