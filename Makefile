@@ -4,7 +4,7 @@ SUBMISSION ?= exercises
 STAGE  ?=
 SEED   ?= 0
 
-.PHONY: grade hint submit worked exercises check-exercises test lint clean help
+.PHONY: grade hint submit worked exercises check-exercises readme test test-fast lint clean help
 
 help:
 	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
@@ -17,6 +17,7 @@ help:
 	@echo "make test                    the project's own tests, after make lint"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
+	@echo "make readme                  README.md's stage table from the stage declarations"
 	@echo "make release                 the student repo in dist/student"
 	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
@@ -54,6 +55,9 @@ exercises: $(VENV)/.student
 
 check-exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises --check
+
+readme: $(VENV)/.student  ## README.md's stage table, from the stage declarations
+	$(PY) -m autograder.instructor.tables
 
 test: $(VENV)/.instructor lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests

@@ -21,8 +21,9 @@ from typing import Callable
 
 from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
-from ..stages import STAGES
+from ..stages import STAGES, SUBMISSION_FILES, numbers
 from ..static_check import RULE as STATIC_RULE
+from .tables import student_table, student_totals
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "autograder"
@@ -99,8 +100,8 @@ report: $(VENV)/.student
 def student_readme() -> str:
     """The student repo's README: the commands, the stages and their files, and every kit-wide rule
     the grader enforces (the rules a check names are written here word for word)."""
-    rows = "\n".join(f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | "
-                     f"{', '.join(f'`{f}`' for f in s.files)} | {s.points} |" for s in STAGES)
+    sharing = {f: [s for s in STAGES if f in s.files] for f in SUBMISSION_FILES}
+    shared = "; ".join(f"`{f}` holds parts of stages {numbers(ss, ' to ')}" for f, ss in sharing.items() if len(ss) > 1)
     return f"""\
 # Attention, stage by stage
 
@@ -121,13 +122,11 @@ make worked                 # every number from the articles that the grader che
 
 Work in `exercises/`. Each stub raises `NotImplementedError`; its docstring is the contract: the
 shapes, the mask convention (boolean, **True = may attend**), the errors to raise and the limits. A
-stage may be written in more than one file (`module.py` holds the torch parts of stages 6 to 8):
+stage may be written in more than one file ({shared}):
 
-| # | stage | files | points |
-|---|---|---|---|
-{rows}
+{student_table()}
 
-The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded apart.
+{student_totals()}
 
 ## How you are graded
 

@@ -50,11 +50,11 @@ HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
 
-def numbers(stages: list[Stage]) -> str:
-    """'9-12' for consecutive stage numbers, else '9, 11, 12'."""
-    ns = [s.number for s in stages]
-    if ns and ns == list(range(ns[0], ns[-1] + 1)) and len(ns) > 1:
-        return f"{ns[0]}-{ns[-1]}"
+def numbers(stages: list[Stage], to: str = "-") -> str:
+    """'9-12' (or with to=' to ', '9 to 12') for consecutive stage numbers, else '9, 11, 12'."""
+    ns = sorted(s.number for s in stages)
+    if len(ns) > 1 and ns == list(range(ns[0], ns[-1] + 1)):
+        return f"{ns[0]}{to}{ns[-1]}"
     return ", ".join(map(str, ns))
 
 

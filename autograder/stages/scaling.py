@@ -8,6 +8,7 @@ from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
     name="scaling", number=4, points=10, files=("scaling.py",), calls=(),
+    reread='A "Why divide by the square root?"; B "Scores, now with a divide"',
     worked_points=0.5,
     functions=(
         Function(name="scaled_scores", target="scaling:scaled_scores", reference="core:scaled_scores"),
