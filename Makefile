@@ -1,20 +1,13 @@
 # Every entry point of the kit. `make grade` and `make test` set themselves up on a fresh machine.
-include setup.mk
-SUBMISSION ?= exercises
-STAGE  ?=
-SEED   ?= 0
+BYTECODE := autograder attn_ref
+include student.mk  # the student's commands (grade, hint, submit, worked, watch, report), shipped as the release's Makefile
 
-.PHONY: grade hint submit worked exercises check-exercises readme test test-fast lint clean help
+.PHONY: exercises check-exercises readme test test-fast lint clean
 
-help:
-	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
-	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
-	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
-	@echo "make worked                  list the articles' numbers that are checked"
-	@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
-	@echo "make report                  write report.html: failing cells, heatmaps of your weights"
+help: instructor-help
+instructor-help:
 	@echo "instructors:"
-	@echo "make test                    the project's own tests, after make lint"
+	@echo "make test                    the project's own tests, after make lint (make test-fast: the quick tier)"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make readme                  README.md's stage table from the stage declarations"
@@ -24,12 +17,6 @@ help:
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
 
-$(VENV)/.student: requirements-student.txt
-	@$(MAKE_VENV)
-	$(INSTALL) requirements-student.txt
-	@$(PY) -m compileall -q autograder attn_ref >/dev/null  # bytecode now: each grade starts ~25 ms sooner
-	@touch $@
-
 $(VENV)/.dev: requirements-dev.txt $(VENV)/.student
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
@@ -37,18 +24,6 @@ $(VENV)/.dev: requirements-dev.txt $(VENV)/.student
 $(VENV)/.instructor: requirements-instructor.txt $(VENV)/.dev
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-instructor.txt
 	@touch $@
-
-grade: $(VENV)/.student
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
-
-hint: $(VENV)/.student
-	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
-
-submit: $(VENV)/.student
-	@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip
-
-worked: $(VENV)/.student
-	@$(PY) -m autograder worked
 
 exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises
@@ -100,12 +75,6 @@ bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not
 
 gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused-kernel proof, cost table
 	$(PY) bench/gpu_check.py
-
-.PHONY: watch report
-watch: $(VENV)/.student  ## re-grade on every save (Ctrl-C to stop)
-	@$(PY) -m autograder watch --submission $(SUBMISSION)
-report: $(VENV)/.student  ## grade and write report.html: the stage table, failing cells, attention heatmaps
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html $(if $(STAGE),--stage $(STAGE))
 
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db
