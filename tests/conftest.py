@@ -12,6 +12,7 @@ from autograder.grade import grade  # noqa: E402
 
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
+GRADER_ROOT = ROOT / "autograder"
 
 
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:
@@ -47,6 +48,25 @@ def share_venv(dest: Path, marker: str = ".student") -> Path:
         pytest.skip("needs the .venv that `make test` sets up")
     (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
+
+
+def output_until(cmd: list[str] | str, cwd: Path, text: bytes, env: dict | None = None, timeout: float = 120) -> str:
+    """Run a command that runs until stopped (`make watch`) until `text` shows, then Ctrl-C it; its output."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    p = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    out, deadline = b"", time.monotonic() + timeout
+    os.set_blocking(p.stdout.fileno(), False)
+    while text not in out and time.monotonic() < deadline and p.poll() is None:
+        out += p.stdout.read() or b""
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(timeout=30)
+    return out.decode()
 
 
 @pytest.fixture(scope="session")

@@ -251,27 +251,27 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     toy = [t for t in results["tests"] if t["extra_data"]["stage"] == "toy"]
     assert [t["score"] for t in toy] == [1, 1]
 
-    p = subprocess.run([sys.executable, "-c", (
-        "import json, sys; sys.path.insert(0, '.')\n"
-        "from autograder.instructor.notebooks import build_notebook, otter_master\n"
-        "nb, ot = build_notebook(), otter_master()\n"
-        "print(json.dumps([[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]))")],
-        cwd=kit, capture_output=True, text=True, timeout=120, check=True)
-    nb, ot = json.loads(p.stdout)
+    nb, ot = _in_kit(kit, "from autograder.instructor.notebooks import build_notebook, otter_master\n"
+                          "nb, ot = build_notebook(), otter_master()\n"
+                          "out = [[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]")
     assert any(s.startswith("## Stage 13: toy\n\nDouble every entry.") for s in nb)
     assert any(s.startswith("%%writefile submission/toy.py") for s in nb)
     assert any("check_passed('toy', 'doubles_hidden')" in s for s in ot)
 
 
+def _in_kit(kit: Path, code: str):
+    """`out` as `code` (run in a fresh interpreter in the copy) leaves it, through JSON."""
+    p = subprocess.run([sys.executable, "-c", f"import json, sys; sys.path.insert(0, '.')\n{code}\nprint(json.dumps(out))"],
+                       cwd=kit, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(p.stdout)
+
+
 def _declared(kit: Path) -> dict:
     """The kit's own totals and tables, computed in the copy (where the toy stages are declared)."""
-    p = subprocess.run([sys.executable, "-c", (
-        "import json, sys; sys.path.insert(0, '.')\n"
-        "from autograder.stages import BONUS_POINTS, CORE_POINTS\n"
-        "from autograder.instructor.tables import readme_table, student_table, student_totals\n"
-        "print(json.dumps([CORE_POINTS, BONUS_POINTS, readme_table(), student_table(), student_totals()]))")],
-        cwd=kit, capture_output=True, text=True, timeout=120, check=True)
-    return dict(zip(["core", "bonus", "readme", "student", "totals"], json.loads(p.stdout)))
+    found = _in_kit(kit, "from autograder.stages import BONUS_POINTS, CORE_POINTS\n"
+                         "from autograder.instructor.tables import readme_table, student_table, student_totals\n"
+                         "out = [CORE_POINTS, BONUS_POINTS, readme_table(), student_table(), student_totals()]")
+    return dict(zip(["core", "bonus", "readme", "student", "totals"], found))
 
 
 def test_the_toy_stages_reach_totals_tables_and_the_next_step(toy_kit):
