@@ -37,6 +37,9 @@ readme: $(VENV)/.student  ## README.md's stage table, from the stage declaration
 test: $(VENV)/.instructor lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
 
+test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (tests/conftest.py)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
+
 lint: $(VENV)/.dev  ## ruff, configured in ruff.toml
 	$(VENV)/bin/ruff check .
 

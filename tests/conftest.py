@@ -15,6 +15,35 @@ EXERCISES = ROOT / "exercises"
 GRADER_ROOT = ROOT / "autograder"
 
 
+# `make test-fast` (pytest -m "not slow"): what a contributor runs before each commit. Left to `make test`:
+# the builds and runs of whole channels (Gradescope zips, the release's own tests, Classroom steps, notebook
+# cycles, platforms), README-command runs, the cgroup run, the fairness variants, other seeds, and each
+# catalogued mistake beyond the first of its stage.
+SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
+              "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py"}
+SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm",
+              "test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one",
+              "test_symlink_to_the_reference_earns_nothing_through_the_zip"}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: left out of `make test-fast` (see SLOW_FILES in tests/conftest.py)")
+
+
+def _first_mistake_of_its_stage(mistake: str) -> bool:
+    from autograder.stages import CATALOGUE
+
+    return mistake == next(i for i, m in CATALOGUE.items() if m.stage == CATALOGUE[mistake].stage)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        name, _, param = item.name.partition("[")
+        mutant = name == "test_mistake_is_caught_and_named" and not _first_mistake_of_its_stage(param.rstrip("]"))
+        if item.path.name in SLOW_FILES or name in SLOW_TESTS or mutant:
+            item.add_marker(pytest.mark.slow)
+
+
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:
     """A copy of `base` with each (old, new) text replaced once in the named file; old must be there."""
     dest = tmp_path / "submission"
