@@ -156,7 +156,7 @@ def test_blocked_stage_names_the_earlier_diagnosis(tmp_path):
 
 def test_unmatched_failure_claims_no_diagnosis(tmp_path):
     res = grade(variant(tmp_path, {"scaling.py": [(SCALE, SCALE + " * 1.3")]}), stages=["scaling"])
-    assert res.stages["scaling"].score < 10 and not named(res)
+    assert res.stages["scaling"].score < res.stages["scaling"].max_score and not named(res)
 
 
 def test_own_mistake_is_failed_not_blocked(tmp_path):

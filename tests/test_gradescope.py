@@ -306,7 +306,7 @@ def test_stale_copy_in_a_subfolder_is_ignored_and_named(zip_path, tmp_path):
             f.write(p, p.name)
         f.writestr("old/softmax.py", stale)  # last in the zip: it used to be the one graded
     data, scores = run_zip(zip_path, z, tmp_path)
-    assert scores["softmax"] == FULL["softmax"] and data["score"] == 100
+    assert scores["softmax"] == FULL["softmax"] and data["score"] == CORE_POINTS
     assert "softmax.py is in the upload more than once: graded softmax.py, ignored old/softmax.py" in data["output"]
     assert "/tmp" not in json.dumps(data) and "attn-sub-" not in json.dumps(data)
 
