@@ -9,7 +9,6 @@ import time
 from conftest import EXERCISES, ROOT, SOLUTIONS, Watching, grade, variant
 from test_diagnosis import MUTANTS
 
-from autograder.advice import next_step
 from autograder.hints import next_hint, remember_run
 
 
@@ -20,14 +19,14 @@ def line_of(path, text: str) -> int:
 def test_a_module_failure_points_at_module_py(tmp_path):
     sub = variant(tmp_path, {"module.py": [("q, k, v = self.qkv(x).split(C, dim=-1)", "k, q, v = self.qkv(x).split(C, dim=-1)")]})
     res = grade(sub, stages=["heads"])
-    step = next_step(res)
+    step = res.next_step
     assert f"module.py:{line_of(sub / 'module.py', 'class CausalSelfAttention')}" in step, step
 
 
 def test_a_named_mask_mistake_points_at_the_mask_not_at_the_raise(tmp_path):
     sub = variant(tmp_path, MUTANTS["mask-excludes-self"][0])
     res = grade(sub, stages=["softmax", "scaling", "masking"])
-    step = next_step(res)
+    step = res.next_step
     assert "mask-excludes-self" in step
     assert f"masking.py:{line_of(sub / 'masking.py', 'def causal_mask')}" in step, step
 
@@ -56,7 +55,7 @@ def test_hints_follow_the_latest_run_and_lead_with_its_diagnosis(tmp_path):
 
 def test_single_stage_run_ends_with_the_next_stage():
     res = grade(SOLUTIONS, stages=["softmax"])
-    assert next_step(res).startswith("softmax passes. Next: stage 2 (dot_products), `make grade STAGE=dot_products`")
+    assert res.next_step.startswith("softmax passes. Next: stage 2 (dot_products), `make grade STAGE=dot_products`")
 
 
 def test_make_grade_v1_shows_every_failing_check(tmp_path):

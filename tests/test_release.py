@@ -9,7 +9,7 @@ from conftest import SOLUTIONS, variant
 from test_diagnosis import MUTANTS
 
 from autograder.instructor.build import release
-from autograder.stages import CATALOGUE, CHECKS, STAGE
+from autograder.stages import BY_NAME, CATALOGUE, CHECKS
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_release_contains_no_solution_text(student_repo):
             assert not leaked, (path, leaked)
 
 
-PUBLIC_CORE = f"{sum(c.points for c in CHECKS if c.visibility == 'public' and not STAGE[c.stage].bonus):g}"
+PUBLIC_CORE = f"{sum(c.points for c in CHECKS if c.visibility == 'public' and not BY_NAME[c.stage].bonus):g}"
 
 
 def test_untouched_release_grades_zero(student_repo):
