@@ -79,6 +79,8 @@ def test_the_next_step_is_computed_once_and_renderers_only_show_it(tmp_path, mon
     assert res.next_step in terminal(res)
     assert unwrapped(res.next_step) in unwrapped(screen(res, dict(res.stages), ["masking"], False))
     assert json.loads(shown["record"])["next_step"] == res.next_step
+    loc = res.located["masking"]  # the localised function is part of the record, and of the step made from it
+    assert json.loads(shown["record"])["located"]["masking"] == vars(loc) and f"in {loc.function}," in res.next_step
     assert md_text(res.next_step) in json.loads(shown["json"])["output"]
     assert len(calls) == 1
 
