@@ -202,7 +202,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
           workers: dict | None = None, pictures: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
-    public_only runs each hidden check as its public twin, for no points (the student repo, which has no
+    public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
     a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches;
     there the numpy child inherits the server's imported torch, unused);
