@@ -1,33 +1,21 @@
 # Every entry point of the kit. `make grade` and `make test` set themselves up on a fresh machine.
-include setup.mk
-SUBMISSION ?= exercises
-STAGE  ?=
-SEED   ?= 0
+BYTECODE := autograder attn_ref
+include student.mk  # the student's commands (grade, hint, submit, worked, watch, report), shipped as the release's Makefile
 
-.PHONY: grade hint submit worked exercises check-exercises test lint clean help
+.PHONY: exercises check-exercises readme test test-fast lint clean
 
-help:
-	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
-	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
-	@echo "make submit                  write submission.zip (your stage modules and a manifest)"
-	@echo "make worked                  list the articles' numbers that are checked"
-	@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
-	@echo "make report                  write report.html: failing cells, heatmaps of your weights"
+help: instructor-help
+instructor-help:
 	@echo "instructors:"
-	@echo "make test                    the project's own tests, after make lint"
+	@echo "make test                    the project's own tests, after make lint (make test-fast: the quick tier)"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
+	@echo "make readme                  README.md's stage table from the stage declarations"
 	@echo "make release                 the student repo in dist/student"
 	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
-
-$(VENV)/.student: requirements-student.txt
-	@$(MAKE_VENV)
-	$(INSTALL) requirements-student.txt
-	@$(PY) -m compileall -q autograder attn_ref >/dev/null  # bytecode now: each grade starts ~25 ms sooner
-	@touch $@
 
 $(VENV)/.dev: requirements-dev.txt $(VENV)/.student
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
@@ -37,26 +25,20 @@ $(VENV)/.instructor: requirements-instructor.txt $(VENV)/.dev
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-instructor.txt
 	@touch $@
 
-grade: $(VENV)/.student
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) $(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
-
-hint: $(VENV)/.student
-	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
-
-submit: $(VENV)/.student
-	@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip
-
-worked: $(VENV)/.student
-	@$(PY) -m autograder worked
-
 exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises
 
 check-exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises --check
 
+readme: $(VENV)/.student  ## README.md's stage table, from the stage declarations
+	$(PY) -m autograder.instructor.tables
+
 test: $(VENV)/.instructor lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
+
+test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (tests/conftest.py)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
 
 lint: $(VENV)/.dev  ## ruff, configured in ruff.toml
 	$(VENV)/bin/ruff check .
@@ -74,7 +56,7 @@ autograder: $(VENV)/.student
 		$(if $(HIDDEN_VISIBILITY),--hidden-visibility $(HIDDEN_VISIBILITY))
 
 gradescope-local: $(VENV)/.student
-	@test -n "$(SUBMISSION_PATH)$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
+	@test -n "$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
 	$(PY) -m autograder.instructor.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
 
 .PHONY: regrade
@@ -96,12 +78,6 @@ bench: $(VENV)/.dev  ## latency and throughput figures (bench/results.json); not
 
 gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused-kernel proof, cost table
 	$(PY) bench/gpu_check.py
-
-.PHONY: watch report
-watch: $(VENV)/.student  ## re-grade on every save (Ctrl-C to stop)
-	@$(PY) -m autograder watch --submission $(SUBMISSION)
-report: $(VENV)/.student  ## grade and write report.html: the stage table, failing cells, attention heatmaps
-	@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html $(if $(STAGE),--stage $(STAGE))
 
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db

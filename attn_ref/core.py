@@ -108,12 +108,6 @@ def score_variance(d_k, n_pairs=20000, seed=0, scaled=False):
     return float(d.var())
 
 
-def score_variance_stderr(d_k, n_pairs=20000, scaled=False):
-    """Standard error of that estimate: var(X^2) = 2 d_k^2 + 6 d_k for X = q.k (normal coordinates)."""
-    se = np.sqrt((2 * d_k**2 + 6 * d_k) / n_pairs)
-    return float(se / d_k) if scaled else float(se)
-
-
 def attention_backward(q, k, v, d_out, causal=True):
     """Gradients of sum(out * d_out) for out = attention(q, k, v), via the softmax Jacobian.
 

@@ -1,8 +1,9 @@
-"""What to do next, from the results: the next step and the blocked-by note. Renderers (autograder/report)
-show these; they do not compute them."""
-from .grade import Results, StageResult
+"""What to do next, from the results: the next step (computed once by the grader, kept in Results), the
+blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
+the next step."""
+from .results import Results, StageResult
 from .sources import def_line, first_stub, rel
-from .stages import CATALOGUE, FUNCTIONS, STAGE, STAGES
+from .stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
 
@@ -11,6 +12,15 @@ def blocked_note(sr: StageResult, res: Results) -> str:
     """'by softmax (softmax-no-exp)': the blocking stage and what it was diagnosed with."""
     ids = res.stages[sr.blocked_by].diagnoses if sr.blocked_by in res.stages else []
     return f"by {sr.blocked_by}" + (f" ({', '.join(ids)})" if ids else "")
+
+
+def diagnosis_text(diagnosis: str) -> str:
+    """The catalogue's words for a diagnosis (two at once for 'a+b'): 'id: explanation (reread section)'."""
+    found = mistakes_of(diagnosis)
+    if len(found) == 1:
+        return f"{found[0].id}: {found[0].explanation} (reread {found[0].reread})"
+    return (f"{diagnosis}: {len(found)} mistakes at once, and the output matches them together: "
+            + "; and ".join(f"{m.id}, {m.explanation} (reread {m.reread})" for m in found))
 
 
 def _where(res: Results, stage, first, stub) -> str:
@@ -28,8 +38,9 @@ def _where(res: Results, stage, first, stub) -> str:
 
 
 def located_here(res: Results, stage: str):
-    """The localised wrong function of `stage` (autograder/localise.py), when it is the stage's own."""
-    loc = getattr(res, "located", {}).get(stage)
+    """The localised wrong function of `stage` (Results.located, autograder/localise.py), when it is the
+    stage's own."""
+    loc = res.located.get(stage)
     return loc if loc is not None and loc.stage == stage else None
 
 
@@ -41,8 +52,8 @@ def loc_text(res: Results, loc) -> str:
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
     just graded pass, it points at the first stage still failing elsewhere."""
-    core_done = all(sr.status == "passed" for n, sr in res.stages.items() if not STAGE[n].bonus)
-    for s in STAGES:
+    core_done = all(sr.status == "passed" for sr in res.core_stages)
+    for s in SHOWN_ORDER:  # the core stages first, whatever their numbers
         if s.bonus and not core_done:
             break
         sr = res.stages.get(s.name)
@@ -56,14 +67,12 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
             return f"start {head}: open {where} and replace the stub. `make hint` gives a nudge."
         first = next(r for r in sr.checks if not r.passed)
-        loc = located_here(res, s.name)  # issue 23 hook: the function found wrong on its own, and a line in it
+        loc = located_here(res, s.name)  # the function found wrong on its own, and a line in it
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
-            where = def_line(res.submission, m.where) if m.where else _where(res, s, first, stub)
-            if loc:
-                where = f"{loc_text(res, loc)}"
-            return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}." if loc else \
-                f"fix {head} at {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+            where = loc_text(res, loc) if loc else \
+                "at " + (def_line(res.submission, m.where) if m.where else _where(res, s, first, stub))
+            return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}."
         if loc:
             return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
                     f"that function's own output is wrong. `make hint` gives a nudge.")
@@ -82,5 +91,6 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
                  if later else "")
         return f"{these} {'passes' if len(graded) == 1 else 'pass'}.{after} Run `make grade` to see the whole kit."
     if not core_done:
-        return "the core stages pass. Run `make submit`; the bonus stages (9-12) are there if you want more."
+        return ("the core stages pass. Run `make submit`; the bonus stages "
+                f"({numbers(BONUS)}) are there if you want more.")
     return "every stage passes. Run `make submit` to package your work."

@@ -2,15 +2,15 @@
 
 Each entry computes its quantity through an API object (the student's functions
 in a child process, or the reference's) and is compared at the printed precision.
-Article A: shared/articles/000 "Attention from First Principles: One Complete Calculation".
-Article B: shared/articles/001 "Transformer attention from first principles".
+Article A is "Attention from First Principles: One Complete Calculation"; Article B, "Transformer
+attention from first principles" (krishparekhdev.com/blog/attention).
 """
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from .compare import check_printed, check_within
+from .compare import check_printed, check_within, variance_stderr
 from .registry import WORKED_RULE, Check
 
 A, B = "A", "B"
@@ -80,9 +80,8 @@ class Worked:
 
 
 def _variance(d_k: int, scaled: bool, printed: float) -> Worked:
-    # standard error of a sample variance of q.k over 20000 pairs: sqrt((2 d^2 + 6 d) / n);
-    # the article's estimate and the student's are independent, so allow 4 SE of their difference.
-    se = np.sqrt((2 * d_k**2 + 6 * d_k) / 20000) / (d_k if scaled else 1)
+    # the article's estimate and the student's are independent, so allow 4 SE of their difference
+    se = variance_stderr(d_k, 20000, scaled)
     tol = round(float(4 * np.sqrt(2) * se), 3)
     name = "var(q.k / sqrt(d_k))" if scaled else "var(q.k)"
     return Worked(id=f"B-variance-{'scaled' if scaled else 'raw'}-{d_k}", stage="scaling", article=B,

@@ -1,4 +1,4 @@
-"""python -m autograder {grade,hint,worked,submit,regrade}."""
+"""python -m autograder {grade,watch,hint,worked,submit,regrade,class-report}: the kit's commands (`make help`)."""
 import argparse
 import json
 import os
@@ -46,38 +46,39 @@ def _grade(args) -> int:
             w.close()
         workers = prestart(sub, stages, args.timeout)
     from .grade import grade
-    from .report.gradescope_json import write_json
+    from .report import RENDERERS
     from .report.terminal import terminal
-    from .stages import STAGE
+    from .stages import BY_NAME
 
     required = [s.strip() for s in (args.require_pass or "").split(",") if s.strip()]
-    unknown = [s for s in [*(stages or []), *required] if s not in STAGE]
+    unknown = [s for s in [*(stages or []), *required] if s not in BY_NAME]
     if unknown:
         for w in workers.values():
             w.close()
-        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(STAGE)}", file=sys.stderr)
+        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(BY_NAME)}", file=sys.stderr)
         return 2
 
-    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, pictures=bool(args.html))
+    wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
+    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers,
+                pictures=any(r.pictures for r, _ in wanted))
     for note in found.notes:
         print(f"note: {note}")
     print(terminal(res, verbose=args.verbose, color=use_color()))
     from .hints import remember_run
 
     remember_run(res)  # `make hint` follows the latest run
-    if args.json:
-        write_json(res, Path(args.json))
-    if args.html:
-        from .report.html import write_html
-
-        write_html(res, Path(args.html))
-        print(f"wrote {args.html}")
+    for renderer, path in wanted:
+        renderer.write(res, Path(path))
+        if renderer.announce:
+            print(f"wrote {path}")
     return required_failures(res, required)
 
 
 def required_failures(res, required: list[str]) -> int:
     """1 when a stage named with --require-pass did not pass (GitHub Classroom's steps read the exit status)."""
-    failing = [s for s in required if s not in res.stages or res.stages[s].status != "passed"]
+    from .results import StageStatus
+
+    failing = [s for s in required if s not in res.stages or res.stages[s].status != StageStatus.PASSED]
     if failing:
         print(f"required to pass, and not passing: {', '.join(failing)}")
     return 1 if failing else 0
@@ -156,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade a submission folder or zip")
     g.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with the stage modules, or a zip")
     g.add_argument("--stage", help="grade only these stages (comma-separated)")
-    g.add_argument("--json", help="write Gradescope-format results to this file")
-    g.add_argument("--html", help="also write a self-contained HTML report with heatmaps to this file")
+    from .report import RENDERERS
+
+    for renderer in RENDERERS:
+        g.add_argument(f"--{renderer.name}", metavar="FILE", help=renderer.help)
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
     g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")

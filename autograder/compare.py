@@ -126,3 +126,10 @@ def check_within(got, printed, tol: float, what: str) -> None:
     if g.shape != p.shape or not np.all(np.abs(g - p) <= tol):
         raise Fail(f"{what}: the article prints {fmt(p, 2)}, you get {fmt(g, 2)}; "
                    f"the allowed sampling error is {fmt(tol, 3)}")
+
+
+def variance_stderr(d_k: int, n_pairs: int, scaled: bool = False) -> float:
+    """Standard error of the sample variance of q.k over n_pairs standard-normal pairs: var((q.k)^2) is
+    2 d_k^2 + 6 d_k, so the error is sqrt((2 d_k^2 + 6 d_k) / n); of q.k / sqrt(d_k), that over d_k."""
+    se = np.sqrt((2 * d_k**2 + 6 * d_k) / n_pairs)
+    return se / d_k if scaled else se

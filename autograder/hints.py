@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .hint_ladders import ladder as ladder_of
 from .sources import first_stub
-from .stages import CATALOGUE, HINTS, STAGE, STAGES
+from .stages import BY_NAME, CATALOGUE, HINTS, STAGES
 
 
 def _state_path(submission: Path) -> Path:
@@ -40,8 +40,6 @@ def load_grade_state(submission: Path) -> dict:
         state = json.loads(_grade_state_path(submission).read_text())
     except (OSError, ValueError):
         state = {}
-    if state and "statuses" not in state:  # the older format: {stage: status}
-        state = {"statuses": state}
     return {"statuses": dict(state.get("statuses", {})), "diagnoses": dict(state.get("diagnoses", {})),
             "last": list(state.get("last", []))}
 
@@ -67,8 +65,8 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
     stage = stage or first_unfinished(submission)
     if stage is None:
         return "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
-    if stage not in STAGE:
-        raise ValueError(f"unknown stage {stage}; stages: {', '.join(STAGE)}")
+    if stage not in BY_NAME:
+        raise ValueError(f"unknown stage {stage}; stages: {', '.join(BY_NAME)}")
     path = _state_path(submission)
     try:
         state = json.loads(path.read_text())
@@ -86,14 +84,14 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
         _save(path, state)
         more = ("run `make hint` again for the next one" if rung + 1 < len(steps)
                 else "run `make hint` again for the stage's general hints")
-        return (f"Hint {rung + 1}/{len(steps)} for stage {STAGE[stage].number} ({stage}), about the mistake your "
+        return (f"Hint {rung + 1}/{len(steps)} for stage {BY_NAME[stage].number} ({stage}), about the mistake your "
                 f"last run named, {m.id}:\n  {steps[rung]}\n({more})")
     ladder = HINTS[stage]
     rung = min(int(state.get(stage, 0)), len(ladder) - 1)
     state[stage] = rung + 1
     _save(path, state)
     more = "run `make hint` again for the next one" if rung + 1 < len(ladder) else "that was the last hint"
-    return f"Hint {rung + 1}/{len(ladder)} for stage {STAGE[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
+    return f"Hint {rung + 1}/{len(ladder)} for stage {BY_NAME[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
 
 
 def _save(path: Path, state: dict) -> None:

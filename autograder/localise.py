@@ -16,20 +16,9 @@ import numpy as np
 
 from . import inference
 from .outcomes import StudentAborted, StudentError
+from .results import Located, StageStatus
 from .safe_files import read_text
-from .stages import STAGE, STAGES
-
-
-@dataclass
-class Located:
-    """The function whose own output is wrong: file, function, a line inside it, and what was seen."""
-
-    stage: str
-    file: str
-    function: str
-    line: int
-    diagnosis: str | None = None
-    evidence: str = ""
+from .stages import BY_NAME, STAGES
 
 
 @dataclass(frozen=True)
@@ -189,7 +178,7 @@ def _closure(stage: str) -> list[str]:
         s = todo.pop()
         if s not in out:
             out.add(s)
-            todo.extend(STAGE[s].calls)
+            todo.extend(BY_NAME[s].calls)
     return [s.name for s in STAGES if s.name in out]
 
 
@@ -330,15 +319,15 @@ def located_for(api, ctx, stage: str, submission: Path) -> dict:
 
 def attach(sr, loc: Located | None, done: dict) -> None:
     """Put an inferred diagnosis on the stage's first failing check when the wrong function is the stage's
-    own, no catalogued mistake was named, and no stage it calls is known to fail."""
-    from .grade import explain
-
+    own, no catalogued mistake was named, and no stage it calls is known to fail: the id as data, the place
+    as the check's `where`, and what was seen added to the check's evidence (never a diagnosis line)."""
     if loc is None or not loc.diagnosis or loc.stage != sr.stage or sr.diagnoses:
         return
-    if any(d in done and done[d].status != "passed" for d in _closure(sr.stage) if d != sr.stage):
+    if any(d in done and done[d].status != StageStatus.PASSED for d in _closure(sr.stage) if d != sr.stage):
         return
     for r in sr.checks:
         if not r.passed and not r.not_run:
             r.diagnosis = loc.diagnosis
-            r.message = explain(loc.diagnosis) + r.message + f"\n(the evidence: {loc.evidence})"
+            r.where = loc.where
+            r.message = (r.message + "\n" if r.message else "") + f"(the evidence: {loc.evidence})"
             return

@@ -8,8 +8,10 @@ is the student's, so a notebook can patch this function: see the README's trust 
 import os
 from pathlib import Path
 
+from .advice import STATUS_WORD, diagnosis_text
 from .grade import grade
 from .report.terminal import terminal
+from .results import CheckResult
 
 
 def grade_stage(stage: str, folder: str = "submission", public_only: bool = False) -> float:
@@ -22,7 +24,7 @@ def grade_stage(stage: str, folder: str = "submission", public_only: bool = Fals
     if public_only:
         print(terminal(res))
     else:
-        print(f"stage {stage}: {sr.score:g}/{sr.max_score:g} with the hidden checks ({sr.status.replace('_', ' ')})")
+        print(f"stage {stage}: {sr.score:g}/{sr.max_score:g} with the hidden checks ({STATUS_WORD[sr.status]})")
     return float(sr.score)
 
 
@@ -31,17 +33,17 @@ _cache: dict = {}
 
 def check_passed(stage: str, check: str, folder: str = "submission") -> bool:
     """Whether one check of `stage` passes (otter's test cases, one per check). The stage is graded
-    once per kernel and remembered; hidden checks run only where the reference is (the autograder)."""
-    try:
-        import attn_ref  # noqa: F401
-
-        public_only = False
-    except ImportError:
-        public_only = True
+    once per kernel and remembered; hidden checks run only where the reference is (the autograder: grade
+    decides, see grade.reference)."""
     if stage not in _cache:
         seed = int(os.environ.get("ATTN_GRADE_SEED", "0"))
-        _cache[stage] = grade(Path(folder), [stage], seed=seed, public_only=public_only).stages[stage]
+        _cache[stage] = grade(Path(folder), [stage], seed=seed).stages[stage]
     found = [r for r in _cache[stage].checks if r.check.name == check]
     if found and not found[0].passed:
-        print(found[0].message if found[0].check.visibility == "public" else "a hidden check failed")
+        print(check_text(found[0]) if found[0].check.visibility == "public" else "a hidden check failed")
     return bool(found) and found[0].passed
+
+
+def check_text(r: CheckResult) -> str:
+    """A failing check's diagnosis (when named) and its evidence."""
+    return (f"diagnosis {diagnosis_text(r.diagnosis)}\n" if r.diagnosis else "") + r.message

@@ -76,7 +76,8 @@ class Stage:
     files: tuple[str, ...]  # every submission module this stage is written in
     calls: tuple[str, ...] = ()  # earlier stages whose functions it uses
     torch: bool = False  # needs torch (runs in the torch child)
-    bonus: bool = False  # graded apart from the 100 core points
+    bonus: bool = False  # graded apart from the core points
+    reread: str = ""  # the articles' sections to reread (the READMEs' stage tables)
     functions: tuple[Function, ...] = ()  # what its checks call, on the student's side and the reference's
     intro: str = ""  # one or two sentences that open the stage in the notebook editions
     hints: tuple[str, ...] = ()  # `make hint`'s ladder, from a nudge to a near-answer

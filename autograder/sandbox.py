@@ -241,9 +241,9 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
     if stages is None:
         workers["torch"] = start("torch")
         return workers
-    from .stages import STAGE
+    from .stages import BY_NAME
 
-    known = [STAGE[n] for n in stages if n in STAGE]
+    known = [BY_NAME[n] for n in stages if n in BY_NAME]
     if any(s.torch for s in known):
         workers["torch"] = start("torch")
     if not any(not s.torch for s in known):

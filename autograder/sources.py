@@ -6,14 +6,14 @@ import re
 from pathlib import Path
 
 from .safe_files import read_text
-from .stages import STAGE, SUBMISSION_FILES
+from .stages import BY_NAME, SUBMISSION_FILES
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 
 
 def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
     """file:line of the first stub that belongs to `stage` (a `raise NotImplementedError("stage: ...")`)."""
-    for name in STAGE[stage].files:
+    for name in BY_NAME[stage].files:
         path = submission / name
         text = read_text(path)
         if text is None:
@@ -41,18 +41,36 @@ def rel(path: Path) -> str:
     return str(path) if r.startswith("..") else r
 
 
+def def_line_number(submission: Path, name: str, func: str | None) -> int | None:
+    """The line of `def func` or `class func` in the file; with no func, its first class (else its first def)."""
+    lines = (read_text(submission / name) or "").splitlines()
+    for i, line in enumerate(lines, 1):
+        if re.match(rf"\s*(def|class) {func}\b" if func else r"class \w", line):
+            return i
+    for i, line in enumerate(lines, 1):
+        if not func and re.match(r"def \w", line):
+            return i
+    return None
+
+
 def def_line(submission: Path, where: str) -> str:
     """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def or class), or the file alone.
     With no name ('module.py:'), the file's first class (else its first def)."""
     name, func = where.split(":")
-    path = submission / name
-    for i, line in enumerate((read_text(path) or "").splitlines(), 1):
-        if re.match(rf"\s*(def|class) {func}\b" if func else r"class \w", line):
-            return f"{rel(path)}:{i}"
-    for i, line in enumerate((read_text(path) or "").splitlines(), 1):
-        if not func and re.match(r"def \w", line):
-            return f"{rel(path)}:{i}"
-    return rel(path)
+    line = def_line_number(submission, name, func)
+    return f"{rel(submission / name)}:{line}" if line else rel(submission / name)
+
+
+def enclosing_function(submission: Path, name: str, line: int | None) -> str | None:
+    """The innermost function (or class) of the file whose body holds `line`."""
+    tree = _parse(submission / name) if line else None
+    found = None
+    for node in ast.walk(tree) if tree else []:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    return found.name if found else None
 
 
 def _parse(path: Path) -> ast.Module | None:

@@ -82,9 +82,10 @@ class Session:
     def run(self, changed: set[str] | None) -> None:
         """Grade what `changed` reaches (everything when None): the saved stages first, then the stages that
         use them, on one screen whose lines are updated in place. Returns early when cancelled."""
-        from .grade import Results
+        from .advice import next_step
         from .hints import remember_run
         from .report.watch_screen import screen
+        from .results import Results
 
         stages = [s.name for s in STAGES] if changed is None else affected_stages(changed)
         first = [s.name for s in STAGES] if changed is None else own_stages(changed)
@@ -95,10 +96,14 @@ class Session:
             if self.cancel.is_set():
                 return
             self.kit.update(res.stages)
-            agree_with_grade(self.kit, self.folder)  # issue 23 hook: the statuses `make grade` would give
+            agree_with_grade(self.kit, self.folder)  # the statuses `make grade` would give
             found = {**(merged.stages if merged else {}), **res.stages}
+            located = {**(merged.located if merged else {}), **res.located}
             merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed,
-                             protections_off=res.protections_off)
+                             protections_off=res.protections_off, ignored_files=res.ignored_files,
+                             located={n: loc for n, loc in located.items() if n in stages})
+            # the statuses are the kit's, decided again as `make grade` would: so is the next step
+            merged.next_step = next_step(merged, {n: sr.status for n, sr in self.kit.items()})
             pending = [n for p in phases[i + 1:] for n in p]
             self.out.write((CLEAR if i == 0 else HOME) + screen(merged, self.kit, stages, self.color, pending)
                            + ERASE + "\n")

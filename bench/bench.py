@@ -55,7 +55,7 @@ def watch_latency(saves: int, env: dict | None = None) -> list[dict]:
     import re
     import threading
 
-    from autograder.stages import STAGE
+    from autograder.stages import BY_NAME
 
     with tempfile.TemporaryDirectory() as tmp:
         sub = Path(tmp) / "exercises"
@@ -92,9 +92,9 @@ def watch_latency(saves: int, env: dict | None = None) -> list[dict]:
                     text = (sub / name).read_text()
                     t0 = time.perf_counter()
                     (sub / name).write_text(text)
-                    verdict.append(when(rf"stage {STAGE[stage].number} {stage}: passed".encode(), t0))
+                    verdict.append(when(rf"stage {BY_NAME[stage].number} {stage}: passed".encode(), t0))
                     screen.append(when(rb"Next step: (?!grading)", t0))
-                torch = STAGE[stage].torch
+                torch = BY_NAME[stage].torch
                 rows.append({"file": name, "stage": stage, "saves": saves,
                              "verdict_s": round(statistics.median(verdict), 3),
                              "screen_s": round(statistics.median(screen), 3),

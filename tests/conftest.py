@@ -12,6 +12,38 @@ from autograder.grade import grade  # noqa: E402
 
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
+GRADER_ROOT = ROOT / "autograder"
+
+
+# `make test-fast` (pytest -m "not slow"): what a contributor runs before each commit. Left to `make test`:
+# the builds and runs of whole channels (Gradescope zips, the release's own tests, Classroom steps, notebook
+# cycles, platforms, the toy stages' builds), README-command runs, the cgroup run, the fairness variants,
+# other seeds, and each catalogued mistake beyond the first of its stage.
+SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
+              "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py"}
+SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm",
+              "test_a_new_stage_is_three_files_and_every_build_picks_it_up",
+              "test_the_toy_stages_reach_totals_tables_and_the_next_step",
+              "test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one",
+              "test_symlink_to_the_reference_earns_nothing_through_the_zip"}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "slow: left out of `make test-fast` (see SLOW_FILES in tests/conftest.py)")
+
+
+def _first_mistake_of_its_stage(mistake: str) -> bool:
+    from autograder.stages import CATALOGUE
+
+    return mistake == next(i for i, m in CATALOGUE.items() if m.stage == CATALOGUE[mistake].stage)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        name, _, param = item.name.partition("[")
+        mutant = name == "test_mistake_is_caught_and_named" and not _first_mistake_of_its_stage(param.rstrip("]"))
+        if item.path.name in SLOW_FILES or name in SLOW_TESTS or mutant:
+            item.add_marker(pytest.mark.slow)
 
 
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:
@@ -47,6 +79,25 @@ def share_venv(dest: Path, marker: str = ".student") -> Path:
         pytest.skip("needs the .venv that `make test` sets up")
     (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
+
+
+def output_until(cmd: list[str] | str, cwd: Path, text: bytes, env: dict | None = None, timeout: float = 120) -> str:
+    """Run a command that runs until stopped (`make watch`) until `text` shows, then Ctrl-C it; its output."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    p = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    out, deadline = b"", time.monotonic() + timeout
+    os.set_blocking(p.stdout.fileno(), False)
+    while text not in out and time.monotonic() < deadline and p.poll() is None:
+        out += p.stdout.read() or b""
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    p.wait(timeout=30)
+    return out.decode()
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,13 @@ import subprocess
 import pytest
 from conftest import ROOT, SOLUTIONS, share_venv
 
-from autograder.instructor.build import classroom_points, release
-from autograder.stages import STAGES
+from autograder.instructor.build import CLASSROOM_TOTAL, classroom_points, release
+from autograder.stages import CORE
 
 yaml = pytest.importorskip("yaml")
 GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
-CORE = [s for s in STAGES if not s.bonus]
+
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,8 @@ def test_one_step_per_core_stage_worth_its_points(repo):
     graders = [s for s in steps(repo) if s.get("uses") == GRADER]
     assert [g["id"] for g in graders] == [s.name for s in CORE]
     scores = [g["with"]["max-score"] for g in graders]
-    assert all(isinstance(x, int) for x in scores) and sum(scores) == 100
-    assert scores == [s.points for s in CORE]  # the core points are whole numbers and make 100 already
+    assert all(isinstance(x, int) for x in scores) and sum(scores) == CLASSROOM_TOTAL
+    assert scores == [classroom_points()[s.name] for s in CORE]  # each stage's share of the core points
     reporter = next(s for s in steps(repo) if s.get("uses") == REPORTER)
     assert reporter["with"]["runners"].split(",") == [s.name for s in CORE]
     assert set(reporter["env"]) == {f"{s.name.upper()}_RESULTS" for s in CORE}
@@ -40,7 +40,7 @@ def test_one_step_per_core_stage_worth_its_points(repo):
 
 def test_points_that_do_not_make_100_are_scaled_to_whole_numbers():
     assert classroom_points({"a": 1, "b": 1, "c": 1}) == {"a": 34, "b": 33, "c": 33}
-    assert sum(classroom_points({"a": 2.5, "b": 7.25, "c": 5}).values()) == 100
+    assert sum(classroom_points({"a": 2.5, "b": 7.25, "c": 5}).values()) == CLASSROOM_TOTAL
 
 
 def run_commands(repo, exercises) -> dict[str, int]:

@@ -17,6 +17,7 @@ from conftest import ROOT, grade, variant
 from autograder.article_numbers import X
 from autograder.instructor.build import autograder_zip, gradescope_local
 from autograder.launchers import separate_user_possible
+from autograder.stages import CORE_POINTS, STAGES
 
 SECRET = "test-course-secret"
 SOFTMAX_HEAD = '"""Stage 1: a numerically stable softmax.'
@@ -69,13 +70,12 @@ def survivors(marker: str) -> list[int]:
     return found
 
 
-FULL = {"softmax": 12, "dot_products": 8, "projections": 8, "scaling": 10, "masking": 16, "heads": 16,
-        "kv_cache": 16, "fused": 14, "tiled": 10, "backward": 10, "dropout": 5, "costs": 5}
+FULL = {s.name: s.points for s in STAGES}
 
 
 def test_solutions_full_marks_and_format(zip_path, tmp_path):
     data, scores = run_zip(zip_path, ROOT / "solutions", tmp_path)
-    assert data["score"] == 100 and scores == FULL
+    assert data["score"] == CORE_POINTS and scores == FULL
     vis = {t["extra_data"]["visibility"]: t["visibility"] for t in data["tests"]}
     assert vis == {"public": "visible", "hidden": "visible"}  # the default: students see their total at once
     assert "seed" not in data["output"] and str(data["extra_data"]["seed"]) not in data["output"]
@@ -88,7 +88,7 @@ def test_submit_zip_and_exercises_folder_are_found(zip_path, tmp_path):
     z.parent.mkdir()
     make_zip(ROOT / "solutions", z)
     data, _ = run_zip(zip_path, z, tmp_path)
-    assert data["score"] == 100
+    assert data["score"] == CORE_POINTS
     data, _ = run_zip(zip_path, ROOT / "exercises", tmp_path)
     assert data["score"] == 0
 
@@ -129,7 +129,7 @@ def test_endless_loop_in_one_stage(zip_path, tmp_path):
     sub = variant(tmp_path, {"scores.py": [("    weights = softmax(dot_scores(x), axis=-1)",
                                             "    while True:\n        pass\n    weights = softmax(dot_scores(x), axis=-1)")]})
     data, scores = run_zip(zip_path, sub, tmp_path)
-    assert scores["dot_products"] < 8
+    assert scores["dot_products"] < FULL["dot_products"]
     assert {s: v for s, v in scores.items() if s != "dot_products"} == {s: v for s, v in FULL.items() if s != "dot_products"}
 
 
@@ -195,7 +195,7 @@ def test_forged_results_and_lingering_writer(zip_path, tmp_path, layer):
     data, scores = run_zip(zip_path, sub, tmp_path)
     time.sleep(0.3)
     assert json.loads(results.read_text()) == data  # the forger's writes are gone or never happened
-    assert data["score"] < 100 and scores["projections"] == 8  # a wrong softmax after the first call
+    assert data["score"] < CORE_POINTS and scores["projections"] == FULL["projections"]  # a wrong softmax after the first call
     assert survivors(marker) == []
 
 
@@ -340,7 +340,7 @@ def test_stale_copy_in_a_subfolder_is_ignored_and_named(zip_path, tmp_path):
             f.write(p, p.name)
         f.writestr("old/softmax.py", stale)  # last in the zip: it used to be the one graded
     data, scores = run_zip(zip_path, z, tmp_path)
-    assert scores["softmax"] == FULL["softmax"] and data["score"] == 100
+    assert scores["softmax"] == FULL["softmax"] and data["score"] == CORE_POINTS
     assert "softmax.py is in the upload more than once: graded softmax.py, ignored old/softmax.py" in data["output"]
     assert "/tmp" not in json.dumps(data) and "attn-sub-" not in json.dumps(data)
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT, grade, variant
 
 from autograder.instructor.notebooks import nbgrader_course
+from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 NBGRADER = Path(sys.executable).with_name("nbgrader")
 pytestmark = pytest.mark.skipif(not NBGRADER.exists(), reason="nbgrader is not installed (requirements-instructor.txt)")
@@ -52,7 +53,7 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None) -
 
 def test_nbgrader_solutions_full_marks(tmp_path):
     score, _ = cycle(nbgrader_course(tmp_path / "course"), "solutions")
-    assert score == 130  # the 100 core points and the 30 bonus points
+    assert score == CORE_POINTS + BONUS_POINTS  # every stage's points, the bonus stages' included
 
 
 def test_nbgrader_untouched_release_scores_zero(tmp_path):
@@ -64,7 +65,7 @@ def test_nbgrader_untouched_release_scores_zero(tmp_path):
 def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path, file):
     score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MISTAKES[file])
     direct = grade(variant(tmp_path / "v", {file: [MISTAKES[file]]}), seed=0)
-    assert score == direct.score + direct.bonus_score < 130
+    assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS
     # the feedback shows the student's report (public checks and the hidden ones' seed-0 twins); the hidden
     # checks' own run, for the points, prints its score alone
     assert "with the hidden checks" in feedback
@@ -121,7 +122,7 @@ def test_otter_check_on_the_student_notebook(otter_assignment, tmp_path):
 
 def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
     solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
-    assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == 130
+    assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == CORE_POINTS + BONUS_POINTS
     student = json.loads((otter_assignment / "student" / "attention.ipynb").read_text())
     assert sum(otter_run(otter_assignment, student, tmp_path / "untouched").values()) == 0
     for file, (old, new) in MISTAKES.items():

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SOLUTIONS, Watching, copy_repo, grade, variant
 
+from autograder.stages import BONUS_POINTS, CORE_POINTS
+
 NUMPY_STAGES = "softmax,dot_products,projections,scaling,masking"
 HOSTILE = {  # one stage each: a crash (a segmentation fault, no import needed), an endless loop, a memory bomb
     "softmax.py": [("    scores = np.asarray(scores)\n", "    np.lib.stride_tricks.as_strided(np.zeros(1), shape=(1 << 40,), "
@@ -81,7 +83,7 @@ def test_platform_gap_costs_nothing(name, tmp_path, linux_scores):
         pytest.skip("needs root and a private mount namespace (unshare -m) to hide /proc")
     env = {**os.environ, **(extra_env or {})}
     solutions, printed = grade_cli(SOLUTIONS, None, tmp_path, prefix, env)
-    assert solutions == linux_scores[0] and sum(solutions.values()) == 130, solutions
+    assert solutions == linux_scores[0] and sum(solutions.values()) == CORE_POINTS + BONUS_POINTS, solutions
     if note:
         assert note in printed, printed  # the report says once what is off
         assert printed.count(note) == 1

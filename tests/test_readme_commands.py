@@ -3,13 +3,11 @@ repo: the copy has this checkout's tracked and new files and shares its .venv (s
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLUTIONS, copy_repo, share_venv
+from conftest import ROOT, SOLUTIONS, copy_repo, output_until, share_venv
 
 from autograder.launchers import separate_user_possible
 
@@ -29,7 +27,7 @@ AS_RUN = {
     "make bench [QUICK=1]": "make bench QUICK=1",
     "make mutants [LIMIT=N]": "make mutants LIMIT=3 FILES=costs.py",
 }
-NOT_HERE = {"make test": "it is what runs this test"}
+NOT_HERE = {"make test": "it is what runs this test", "make test-fast": "a part of make test, run by it already"}
 EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make grade": "Next step:",
     "make grade STAGE=masking": "masking",
@@ -64,17 +62,9 @@ def env() -> dict:
 
 def run(cmd: str, cwd: Path) -> str:
     if cmd == "make watch":  # runs until stopped: its first screen is the proof
-        p = subprocess.Popen(cmd, shell=True, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        out, deadline = b"", time.monotonic() + 120
-        os.set_blocking(p.stdout.fileno(), False)
-        while b"core stages pass" not in out and time.monotonic() < deadline and p.poll() is None:
-            out += p.stdout.read() or b""
-            time.sleep(0.2)
-        os.killpg(p.pid, signal.SIGINT)
-        p.wait(timeout=30)
-        assert b"core stages pass" in out, out.decode()[-2000:]
-        return out.decode()
+        out = output_until(cmd, cwd, b"core stages pass", env=env())
+        assert "core stages pass" in out, out[-2000:]
+        return out
     p = subprocess.run(cmd, shell=True, cwd=cwd, env=env(), capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, f"{cmd}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return p.stdout + p.stderr

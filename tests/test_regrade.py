@@ -8,6 +8,7 @@ from conftest import EXERCISES, SOLUTIONS, variant
 
 from autograder.instructor.regrade import regrade
 from autograder.launchers import separate_user_possible
+from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 
@@ -23,7 +24,7 @@ def test_regrade_folder(tmp_path):
     out = regrade(batch, jobs=2, quiet=True, trust=TRUST)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"alice", "bob", "carol", "dave.zip"}
-    assert float(rows["alice"]["total"]) == 100 and float(rows["bob"]["total"]) == 0
+    assert float(rows["alice"]["total"]) == CORE_POINTS and float(rows["bob"]["total"]) == 0
     assert float(rows["carol"]["masking"]) < 16 and float(rows["carol"]["softmax"]) == 12
     assert rows["dave.zip"]["error"]
     carol = json.loads((out / "carol.json").read_text())
@@ -44,7 +45,7 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
         assert any("segmentation fault" in r.message for r in res.stages["kv_cache"].checks)
         assert res.stages["fused"].status == "passed"
         full = grade(SOLUTIONS, zygote=z)
-        assert full.score == 100 and full.bonus_score == 30
+        assert full.score == CORE_POINTS and full.bonus_score == BONUS_POINTS
     finally:
         z.close()
 
@@ -81,7 +82,7 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert set(rows) == {"aaron", "alice", "bob", "carol", "dave"}
     for name in ("alice", "bob", "carol", "dave"):
-        assert float(rows[name]["total"]) == 100, (name, rows[name]["error"])
+        assert float(rows[name]["total"]) == CORE_POINTS, (name, rows[name]["error"])
     servers = len(starts.read_text().split())
     if not same_user and sb.separate_user_possible():  # the kill is refused: aaron's import fails
         assert float(rows["aaron"]["softmax"]) < 12 and servers == 1
@@ -99,7 +100,7 @@ def test_grade_one_replaces_a_dead_server(monkeypatch):
     assert not dead.alive()
     monkeypatch.setattr(rg, "_zygote", dead)
     r = rg.grade_one(SOLUTIONS, None, 0, 10.0)
-    assert r["error"] is None and r["results"]["score"] == 100
+    assert r["error"] is None and r["results"]["score"] == CORE_POINTS
     assert rg._zygote is not dead and rg._zygote.alive()
     rg._zygote.close()
 

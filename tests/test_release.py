@@ -9,7 +9,7 @@ from conftest import SOLUTIONS, variant
 from test_diagnosis import MUTANTS
 
 from autograder.instructor.build import release
-from autograder.stages import CATALOGUE, CHECKS, STAGE
+from autograder.stages import CATALOGUE, CHECKS, CORE_POINTS
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +65,15 @@ def test_release_contains_no_solution_text(student_repo):
             assert not leaked, (path, leaked)
 
 
-# every core check counts locally (the hidden ones as their public twins, as the autograder would count them)
-CORE = f"{sum(c.points for c in CHECKS if not STAGE[c.stage].bonus):g}"
+TWIN_POINTS = f"{sum(c.points for c in CHECKS if c.visibility == 'hidden'):g}"  # the terminal counts every stage's
 
 
 def test_untouched_release_grades_zero(student_repo):
+    """Twins keep their points locally (issue 23): the total is out of the core points, the twins' share named."""
     out = _grade(student_repo)
-    assert f"0/{CORE}" in out and "not started" in out and "points are twins" in out
+    assert f"0/{CORE_POINTS:g}" in out and "not started" in out, out
+    assert f"({TWIN_POINTS} of these points are twins:" in out and "the autograder runs on inputs you have not seen" \
+        in out, out
 
 
 def test_solutions_in_release_get_full_public_marks(student_repo, tmp_path):
@@ -80,7 +82,7 @@ def test_solutions_in_release_get_full_public_marks(student_repo, tmp_path):
     for f in SOLUTIONS.glob("*.py"):
         shutil.copy2(f, repo / "exercises" / f.name)
     out = _grade(repo)
-    assert f"{CORE}/{CORE}" in out and "failed" not in out
+    assert f"{CORE_POINTS:g}/{CORE_POINTS:g}" in out and "failed" not in out
 
 
 def test_release_diagnoses_like_the_full_repo(student_repo, tmp_path):

@@ -7,7 +7,7 @@ from conftest import EXERCISES
 
 from autograder.instructor.build import student_readme
 from autograder.registry import REFERENCE_RULE, WORKED_RULE
-from autograder.stages import CHECKS, STAGE
+from autograder.stages import BY_NAME, CHECKS
 
 
 def norm(text: str) -> str:
@@ -21,7 +21,7 @@ def docstrings(path) -> str:
 
 
 def student_reads(stage: str) -> str:
-    return norm(student_readme()) + " " + " ".join(docstrings(EXERCISES / f) for f in STAGE[stage].files)
+    return norm(student_readme()) + " " + " ".join(docstrings(EXERCISES / f) for f in BY_NAME[stage].files)
 
 
 def test_every_check_names_a_sentence_the_student_reads():

@@ -152,12 +152,55 @@ def double(x):
     return np.multiply(x, 2.0)
 '''
 
+# a core stage numbered after the bonus ones: the reports, the next step and the totals still treat it as core
+TOY_CORE_STAGE = '''"""A toy core stage, added by the structure test: halving an array."""
+import numpy as np
+
+from ..compare import check_close
+from ..registry import Function, Stage
+
+STAGE = Stage(
+    name="toy_core", number=14, points=3, files=("toy_core.py",),
+    reread="the docstring of toy_core.py",
+    functions=(Function(name="halve", target="toy_core:halve", reference="toy_core:halve"),),
+    intro="Halve every entry.",
+    hints=("Divide by two.",),
+)
+
+
+@STAGE.check(points=3, kind="reference", visibility="public")
+def halves(api, ctx):
+    """halves a fixed array"""
+    x = np.arange(4.0)
+    check_close(api.halve(x), ctx.ref.halve(x), "halve(x)")
+'''
+TOY_CORE_SOLUTION = '''"""Toy core stage: halve every entry of x (any shape)."""
+import numpy as np
+
+
+def halve(x: np.ndarray) -> np.ndarray:
+    """x -> x / 2, same shape."""
+    # BEGIN SOLUTION
+    return np.asarray(x) / 2
+    # END SOLUTION
+'''
+TOY_CORE_REFERENCE = '''"""Reference of the toy core stage."""
+import numpy as np
+
+
+def halve(x):
+    return np.multiply(x, 0.5)
+'''
+TOYS = {"autograder/stages/toy.py": TOY_STAGE, "solutions/toy.py": TOY_SOLUTION, "attn_ref/toy.py": TOY_REFERENCE,
+        "autograder/stages/toy_core.py": TOY_CORE_STAGE, "solutions/toy_core.py": TOY_CORE_SOLUTION,
+        "attn_ref/toy_core.py": TOY_CORE_REFERENCE}
+
 
 @pytest.fixture(scope="module")
 def toy_kit(tmp_path_factory):
-    """A copy of the kit (tracked files) with the toy stage added as exactly three new files."""
+    """A copy of the kit (tracked files) with a toy bonus stage and a toy core stage added, three new files each."""
     kit = copy_repo(tmp_path_factory.mktemp("kit") / "kit")
-    new = {"autograder/stages/toy.py": TOY_STAGE, "solutions/toy.py": TOY_SOLUTION, "attn_ref/toy.py": TOY_REFERENCE}
+    new = TOYS
     for name, text in new.items():
         (kit / name).write_text(text)
     return kit
@@ -189,9 +232,10 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     (mutant / "toy.py").write_text(TOY_SOLUTION.replace("* 2", "* 3"))
     out = _make(kit, "grade", "SUBMISSION=mutant", "STAGE=toy")
     assert "Diagnosis toy-triple: the entries are tripled" in out
-    assert "the mistake your last run named, toy-triple" in _make(kit, "hint", "STAGE=toy")  # its hint first
-    second = _make(kit, "hint", "STAGE=toy")  # the next rung of that mistake's own ladder
-    assert "Hint 2/" in second and "for stage 13 (toy)" in second and "toy-triple" in second, second
+    for rung in (1, 2, 3):  # its own ladder first (autograder/hint_ladders.py), then the stage's
+        assert (f"Hint {rung}/3 for stage 13 (toy), about the mistake your last run named, toy-triple"
+                in _make(kit, "hint", "STAGE=toy"))
+    assert "Hint 1/2 for stage 13 (toy)" in _make(kit, "hint", "STAGE=toy")
 
     _make(kit, "release")
     student = kit / "dist" / "student"
@@ -199,8 +243,9 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     shutil.copy2(kit / "solutions" / "toy.py", student / "exercises" / "toy.py")
     p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "toy"], cwd=student,
                        capture_output=True, text=True, timeout=300)
-    # the hidden check counts locally as its public twin: the stage's points as the autograder counts them
+    # the hidden check runs as its twin and keeps its points (issue 23), marked as a twin in the total
     assert p.returncode == 0 and "2/2  passed" in p.stdout and "(2/2 checks)" in p.stdout, p.stdout + p.stderr
+    assert "1 of these points are twins" in p.stdout, p.stdout
 
     _make(kit, "autograder")
     with zipfile.ZipFile(kit / "dist" / "autograder.zip") as z:
@@ -210,13 +255,52 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     toy = [t for t in results["tests"] if t["extra_data"]["stage"] == "toy"]
     assert [t["score"] for t in toy] == [1, 1]
 
-    p = subprocess.run([sys.executable, "-c", (
-        "import json, sys; sys.path.insert(0, '.')\n"
-        "from autograder.instructor.notebooks import build_notebook, otter_master\n"
-        "nb, ot = build_notebook(), otter_master()\n"
-        "print(json.dumps([[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]))")],
-        cwd=kit, capture_output=True, text=True, timeout=120, check=True)
-    nb, ot = json.loads(p.stdout)
+    nb, ot = _in_kit(kit, "from autograder.instructor.notebooks import build_notebook, otter_master\n"
+                          "nb, ot = build_notebook(), otter_master()\n"
+                          "out = [[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]")
     assert any(s.startswith("## Stage 13: toy\n\nDouble every entry.") for s in nb)
     assert any(s.startswith("%%writefile submission/toy.py") for s in nb)
     assert any("check_passed('toy', 'doubles_hidden')" in s for s in ot)
+
+
+def _in_kit(kit: Path, code: str):
+    """`out` as `code` (run in a fresh interpreter in the copy) leaves it, through JSON."""
+    p = subprocess.run([sys.executable, "-c", f"import json, sys; sys.path.insert(0, '.')\n{code}\nprint(json.dumps(out))"],
+                       cwd=kit, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(p.stdout)
+
+
+def _declared(kit: Path) -> dict:
+    """The kit's own totals and tables, computed in the copy (where the toy stages are declared)."""
+    found = _in_kit(kit, "from autograder.stages import BONUS_POINTS, CORE_POINTS\n"
+                         "from autograder.instructor.tables import readme_table, student_table, student_totals\n"
+                         "out = [CORE_POINTS, BONUS_POINTS, readme_table(), student_table(), student_totals()]")
+    return dict(zip(["core", "bonus", "readme", "student", "totals"], found))
+
+
+def test_the_toy_stages_reach_totals_tables_and_the_next_step(toy_kit):
+    """Both toy stages count where they belong (the core one in the core total, though numbered after the
+    bonus stages), both READMEs' tables list them, and an unstarted core stage is the next step."""
+    kit, ours = toy_kit, _declared(ROOT)
+    found = _declared(kit)
+    assert (found["core"], found["bonus"]) == (ours["core"] + 3, ours["bonus"] + 2)
+    assert "| 14 | toy_core | `toy_core.py` | 3 | the docstring of toy_core.py |" in found["readme"]
+    assert "| 13 | toy (bonus) | `toy.py` | 2 |" in found["readme"]
+    assert f"from the {found['core']} core points" in found["readme"]
+    _make(kit, "readme")
+    readme = (kit / "README.md").read_text()
+    assert found["readme"] in readme and ours["readme"] not in readme
+    _make(kit, "release")
+    student = (kit / "dist" / "student" / "README.md").read_text()
+    assert "| 14 | toy_core | `toy_core.py` | 3 |" in student and "| 13 | toy (bonus) | `toy.py` | 2 |" in student
+    assert found["totals"] in student and f"make {found['core']} points" in student
+
+    _make(kit, "exercises")
+    out = _make(kit, "grade", "SUBMISSION=solutions")
+    assert f"total {found['core']:g}/{found['core']:g}" in " ".join(out.split())
+    assert out.index("14  toy_core") < out.index("bonus stages") < out.index("13  toy")
+    unstarted = kit / "unstarted"
+    shutil.copytree(kit / "solutions", unstarted)
+    shutil.copy2(kit / "exercises" / "toy_core.py", unstarted / "toy_core.py")
+    out = _make(kit, "grade", "SUBMISSION=unstarted")
+    assert "Next step: start stage 14 (toy_core): open unstarted/toy_core.py:" in out, out

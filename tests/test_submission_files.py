@@ -15,6 +15,7 @@ from conftest import ROOT, SOLUTIONS, grade, variant
 from autograder.instructor.build import autograder_zip, gradescope_local
 from autograder.instructor.regrade import regrade
 from autograder.launchers import separate_user_possible
+from autograder.stages import CORE_POINTS
 from autograder.submission import make_zip, unzip
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
@@ -97,5 +98,5 @@ def test_regrade_reads_a_linked_file_as_missing_work(tmp_path):
     (batch / "mallory" / "softmax.py").symlink_to(ROOT / "attn_ref" / "core.py")
     out = regrade(batch, jobs=2, quiet=True, trust=TRUST)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
-    assert float(rows["alice"]["total"]) == 100
+    assert float(rows["alice"]["total"]) == CORE_POINTS
     assert float(rows["mallory"]["softmax"]) == 0 and float(rows["mallory"]["kv_cache"]) == 16

@@ -3,7 +3,7 @@ the fork server, autograder/child/fork_server.py), never by hand.
 
 argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD
 Reads one JSON request per line from REQUEST_FD, calls "module:function" in the
-submission package (or "driver:name" in autograder/child/drivers.py), writes one JSON
+submission package (or "driver:name" in drivers.py, "npdriver:name" in np_drivers.py), writes one JSON
 reply per line to RESULT_FD. Student prints go to stdout, which the parent
 keeps out of the results.
 """

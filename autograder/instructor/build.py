@@ -21,8 +21,9 @@ from typing import Callable
 
 from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
-from ..stages import STAGES
+from ..stages import STAGES, SUBMISSION_FILES, numbers
 from ..static_check import RULE as STATIC_RULE
+from .tables import student_table, student_totals
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "autograder"
@@ -57,53 +58,11 @@ def record_fixtures() -> dict:
     return store
 
 
-STUDENT_MAKEFILE = """\
-# Attention, stage by stage: the student repo. `make grade` sets itself up on first use.
-include setup.mk
-SUBMISSION ?= exercises
-STAGE  ?=
-
-.PHONY: grade hint submit worked watch report help
-
-help:
-\t@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
-\t@echo "make hint [STAGE=masking]    the next hint, one rung per call"
-\t@echo "make submit                  write submission.zip to upload"
-\t@echo "make worked                  list the articles' numbers that are checked"
-\t@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
-\t@echo "make report                  write report.html: failing cells, heatmaps of your weights"
-
-$(VENV)/.student: requirements-student.txt
-\t@$(MAKE_VENV)
-\t$(INSTALL) requirements-student.txt
-\t@$(PY) -m compileall -q autograder >/dev/null
-\t@touch $@
-
-grade: $(VENV)/.student
-\t@$(PY) -m autograder grade --submission $(SUBMISSION) $(if $(STAGE),--stage $(STAGE)) \\
-\t\t$(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
-
-hint: $(VENV)/.student
-\t@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)
-
-submit: $(VENV)/.student
-\t@$(PY) -m autograder submit --submission $(SUBMISSION) --output submission.zip
-
-worked: $(VENV)/.student
-\t@$(PY) -m autograder worked
-
-watch: $(VENV)/.student
-\t@$(PY) -m autograder watch --submission $(SUBMISSION)
-
-report: $(VENV)/.student
-\t@$(PY) -m autograder grade --submission $(SUBMISSION) --html report.html
-"""
-
 def student_readme() -> str:
     """The student repo's README: the commands, the stages and their files, and every kit-wide rule
     the grader enforces (the rules a check names are written here word for word)."""
-    rows = "\n".join(f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | "
-                     f"{', '.join(f'`{f}`' for f in s.files)} | {s.points} |" for s in STAGES)
+    sharing = {f: [s for s in STAGES if f in s.files] for f in SUBMISSION_FILES}
+    shared = "; ".join(f"`{f}` holds parts of stages {numbers(ss, ' to ')}" for f, ss in sharing.items() if len(ss) > 1)
     return f"""\
 # Attention, stage by stage
 
@@ -124,13 +83,11 @@ make worked                 # every number from the articles that the grader che
 
 Work in `exercises/`. Each stub raises `NotImplementedError`; its docstring is the contract: the
 shapes, the mask convention (boolean, **True = may attend**), the errors to raise and the limits. A
-stage may be written in more than one file (`module.py` holds the torch parts of stages 6 to 8):
+stage may be written in more than one file ({shared}):
 
-| # | stage | files | points |
-|---|---|---|---|
-{rows}
+{student_table()}
 
-The core stages (1 to 8) make 100 points; the bonus stages (9 to 12) are graded apart.
+{student_totals()}
 
 ## How you are graded
 
@@ -259,7 +216,7 @@ def release(out: Path = DIST / "student") -> Path:
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
-    (out / "Makefile").write_text(STUDENT_MAKEFILE)
+    shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())

@@ -20,10 +20,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ..results import Failure
 from ..stages import CATALOGUE, STAGES, mistakes_of
 
 STATUSES = ("passed", "failed", "blocked", "not_started")
-ABORTED = "your code did not finish"  # how grade.run_stage words a hang or a crash
 
 
 def pseudonym(name: str) -> str:
@@ -54,9 +54,10 @@ def troubles(result: dict) -> list[str]:
     """Why a graded submission's code stopped: hangs and crashes, one line each."""
     out = []
     for t in result["tests"]:
-        if ABORTED in t.get("output", ""):
-            line = next(x for x in t["output"].splitlines() if ABORTED in x)
-            out.append(f"{t['extra_data']['stage']}: {line.strip()[:200]}")
+        data = t.get("extra_data", {})
+        if data.get("failure") and Failure(data["failure"]).aborted:
+            line = (data.get("message") or "").strip().splitlines()[:1] or [""]
+            out.append(f"{data['stage']}: {line[0].strip()[:200]}")
     return list(dict.fromkeys(out))
 
 

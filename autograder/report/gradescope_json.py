@@ -5,9 +5,9 @@ import json
 import re
 from pathlib import Path
 
-from ..advice import STATUS_WORD, next_step
-from ..grade import CheckResult, Results, StageResult
-from ..stages import STAGE, STAGES
+from ..advice import STATUS_WORD, diagnosis_text
+from ..results import CheckResult, Results, StageResult, StageStatus
+from ..stages import BY_NAME, SHOWN_ORDER
 
 # Gradescope's visibility values: of the hidden checks (`make autograder HIDDEN_VISIBILITY=...`)
 GRADESCOPE_VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -38,12 +38,11 @@ def check_output(r: CheckResult, sr: StageResult) -> str:
     c = r.check
     if r.passed:
         return "passed" + (f". {md_text(r.note)}" if r.note else "")
-    lines = r.message.splitlines()
-    parts = [f"blocked by {sr.blocked_by}" if sr.status == "blocked" else "", md_text(c.doc)]
-    if lines and lines[0].startswith("diagnosis "):
-        parts.append("**Diagnosis** " + md_text(lines.pop(0)[len("diagnosis "):]))
-    if lines:
-        parts.append(md_block("\n".join(lines)))
+    parts = [f"blocked by {sr.blocked_by}" if sr.status == StageStatus.BLOCKED else "", md_text(c.doc)]
+    if r.diagnosis:
+        parts.append("**Diagnosis** " + md_text(diagnosis_text(r.diagnosis)))
+    if r.message:
+        parts.append(md_block("\n".join(r.message.splitlines())))
     if c.cite:
         parts.append(md_text(f"See {c.cite}."))
     return "\n\n".join(p for p in parts if p)
@@ -53,31 +52,33 @@ def summary(res: Results, notes: list[str] = ()) -> str:
     """The top-level output in Markdown: the total, the stage table, notes on the upload, the next step."""
     rows = [f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | {sr.score:g}/{sr.max_score:g} | "
             f"{STATUS_WORD[sr.status]}{f' by {sr.blocked_by}' if sr.blocked_by else ''} |"
-            for s in STAGES if (sr := res.stages.get(s.name))]
+            for s in SHOWN_ORDER if (sr := res.stages.get(s.name))]
     total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
                                                       "apart from the core points)" if res.bonus_max_score else "")
     parts = [total, "| # | stage | points | status |\n|---|---|---|---|\n" + "\n".join(rows)]
     if notes:
         parts.append("\n".join(f"- {md_text(n)}" for n in notes))
-    parts.append("**Next step:** " + md_text(next_step(res)))
+    parts.append("**Next step:** " + md_text(res.next_step))
     return "\n\n".join(parts)
 
 
 def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: str) -> dict:
     c = r.check
-    number = STAGE[c.stage].number
+    number = BY_NAME[c.stage].number
     return {
         "name": f"{number}. {c.stage}: {c.name}",
         "number": f"{number}.{index}",
         "score": c.points if r.passed else 0.0,
         "max_score": c.points,
-        "status": "passed" if r.passed else "failed",
+        "status": "passed" if r.passed else "failed",  # Gradescope knows only these two
         "output": check_output(r, sr),
         "output_format": "md",
         "tags": [c.stage, c.kind],
         "visibility": "visible" if c.visibility == "public" else hidden_visibility,
         "extra_data": {"stage": c.stage, "check": c.name, "kind": c.kind, "visibility": c.visibility,
-                       "diagnosis": r.diagnosis, "worked_id": c.worked_id},
+                       "diagnosis": r.diagnosis, "worked_id": c.worked_id, "check_status": str(r.status),
+                       "failure": str(r.failure) if r.failure else None,
+                       "where": vars(r.where) if r.where else None, "message": r.message},
     }
 
 
@@ -98,11 +99,15 @@ def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILIT
         "extra_data": {  # stored for the staff, never shown to students
             "seed": res.seed,
             "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score},
-            "stages": {n: {"score": s.score, "max_score": s.max_score, "status": s.status,
+            "stages": {n: {"score": s.score, "max_score": s.max_score, "status": str(s.status),
                            "blocked_by": s.blocked_by} for n, s in res.stages.items()},
         },
     }
 
 
+def as_text(res: Results) -> str:
+    return json.dumps(results_json(res), indent=2) + "\n"
+
+
 def write_json(res: Results, path: Path) -> None:
-    Path(path).write_text(json.dumps(results_json(res), indent=2) + "\n")
+    Path(path).write_text(as_text(res))

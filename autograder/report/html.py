@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..advice import STATUS_WORD, blocked_note, next_step
-from ..grade import Results
-from ..stages import HINTS, STAGES, mistakes_of
+from ..advice import STATUS_WORD, blocked_note
+from ..results import Results
+from ..stages import HINTS, SHOWN_ORDER, mistakes_of
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -75,10 +75,6 @@ def _cells(a: dict) -> str:
     return f'<div style="display:flex;gap:2em">{table("expected")}{table("got")}</div>'
 
 
-def _without_diagnosis_line(message: str) -> str:
-    return "\n".join(line for line in message.splitlines() if not line.startswith("diagnosis "))
-
-
 def render(res: Results) -> str:
     e = html.escape
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
@@ -86,7 +82,7 @@ def render(res: Results) -> str:
            f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(str(res.submission))}</code> "
            f"(seed {res.seed})</p>",
            "<table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>status</th></tr>"]
-    for s in STAGES:
+    for s in SHOWN_ORDER:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
@@ -94,7 +90,7 @@ def render(res: Results) -> str:
         out.append(f"<tr class='{sr.status}'><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}"
                    f"</td><td>{sr.score:g}/{sr.max_score:g}</td><td class='name'>{e(status)}</td></tr>")
     out.append(f"<tr><th></th><th>total</th><th>{res.score:g}/{res.max_score:g}</th><th></th></tr></table>")
-    out.append(f"<p class='next'><b>Next step:</b> {e(next_step(res))}</p>")
+    out.append(f"<p class='next'><b>Next step:</b> {e(res.next_step)}</p>")
 
     failing = [(sr, r) for sr in res.stages.values() for r in sr.checks if not r.passed and not r.not_run]
     if failing:
@@ -105,7 +101,7 @@ def render(res: Results) -> str:
             diag += (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
                      f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
         out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
-                   f"<pre>{e(_without_diagnosis_line(r.message))}</pre>{_cells(r.arrays) if r.arrays else ''}</div>")
+                   f"<pre>{e(r.message)}</pre>{_cells(r.arrays) if r.arrays else ''}</div>")
 
     if res.pictures:
         out.append("<h2>Pictures: “she saw the cat”</h2>")
@@ -114,7 +110,7 @@ def render(res: Results) -> str:
                        f"src='{heatmap_figure(item)}'><figcaption>{e(item['title'])}</figcaption></figure>")
 
     out.append("<h2>Hints</h2>")
-    for s in STAGES:
+    for s in SHOWN_ORDER:
         if s.name in res.stages and res.stages[s.name].status != "passed":
             out.append(f"<details id='hint-{s.name}'><summary>stage {s.number}: {s.name}</summary><ol>"
                        + "".join(f"<li>{e(h)}</li>" for h in HINTS[s.name]) + "</ol></details>")

@@ -1,8 +1,12 @@
 """The terminal report: the stage table, the failing checks with their diagnoses, the next step."""
-from ..advice import STATUS_WORD, blocked_note, next_step
-from ..grade import Results, StageResult
+from ..advice import STATUS_WORD, blocked_note
+from ..results import Results, StageResult, StageStatus
 from ..sources import rel
-from ..stages import CATALOGUE, STAGES
+from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
+
+
+def _plain(code: str, text: str) -> str:
+    return text
 
 
 def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
@@ -12,19 +16,19 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     colors = {"passed": "32", "failed": "31", "not_started": "90", "blocked": "33"}
     lines = [f"Grading {rel(res.submission)}  (seed {res.seed})", ""]
     lines.append(f"  {'#':>2}  {'stage':<13} {'points':>11}  status")
-    for s in STAGES:
+    for s in SHOWN_ORDER:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
-        if s.bonus and s.number == min(b.number for b in STAGES if b.bonus):
+        if s is BONUS[0]:
             lines.append("      bonus stages")
         status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
         n_pass = sum(r.passed for r in sr.checks)
         pts = f"{_num(sr.score)}/{_num(sr.max_score)}"
         lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
                      f"  ({n_pass}/{len(sr.checks)} checks)")
-    core = [s for s in STAGES if s.name in res.stages and not s.bonus]
-    bonus = [s for s in STAGES if s.name in res.stages and s.bonus]
+    core = [s for s in SHOWN_ORDER if s.name in res.stages and not s.bonus]
+    bonus = [s for s in SHOWN_ORDER if s.name in res.stages and s.bonus]
     if core:
         lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
     if bonus:
@@ -50,15 +54,18 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
                   "work is at risk; the course's grader runs with all of them):"]
         lines.extend(f"  - {note}" for note in res.protections_off)
-    lines += ["", c("1", "Next step: ") + next_step(res)]
+    lines += ["", c("1", "Next step: ") + res.next_step]
     return "\n".join(lines)
 
 
-def failure_lines(sr: StageResult, res: Results, verbose: bool, c=lambda code, text: text) -> list[str]:
-    """A heading for a stage that did not pass, its diagnoses, and its failing checks (4 unless verbose)."""
-    if sr.status in ("passed",) or (sr.status == "not_started" and not verbose):
-        return []
-    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
+def shows_failures(sr: StageResult, verbose: bool) -> bool:
+    """Whether the report lists this stage's failures (a stage not started only when verbose)."""
+    return sr.status != StageStatus.PASSED and (verbose or sr.status != StageStatus.NOT_STARTED)
+
+
+def failure_details(sr: StageResult, verbose: bool, c=_plain) -> tuple[list[str], int]:
+    """(the stage's diagnoses and its failing checks, 4 unless verbose; how many failing checks are left out)."""
+    out = []
     for d in sr.diagnoses:
         m = CATALOGUE[d]
         out.append(f"  {c('1', 'Diagnosis ' + m.id)}: {m.explanation}. Reread {m.reread}.")
@@ -70,16 +77,23 @@ def failure_lines(sr: StageResult, res: Results, verbose: bool, c=lambda code, t
             continue
         shown += 1
         diag = f" [{r.diagnosis}]" if r.diagnosis else ""
-        cite = f" (reread {r.check.cite})" if r.check.cite and not r.passed else ""
+        cite = f" (reread {r.check.cite})" if r.check.cite else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
-        for line in r.message.splitlines():
-            if not line.startswith("diagnosis "):  # already said once, above
-                out.append(f"      {line}")
+        out.extend(f"      {line}" for line in r.message.splitlines())
         if shown >= 4 and not verbose:
-            rest = sum(not x.passed for x in sr.checks) - shown
-            if rest > 0:
-                out.append(f"  ... and {rest} more failing checks (`make grade V=1` shows them all)")
-            break
+            return out, sum(not x.passed for x in sr.checks) - shown
+    return out, 0
+
+
+def failure_lines(sr: StageResult, res: Results, verbose: bool, c=_plain) -> list[str]:
+    """A heading for a stage that did not pass, then its failure_details."""
+    if not shows_failures(sr, verbose):
+        return []
+    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
+    details, rest = failure_details(sr, verbose, c)
+    out += details
+    if rest > 0:
+        out.append(f"  ... and {rest} more failing checks (`make grade V=1` shows them all)")
     return out
 
 

@@ -1,16 +1,17 @@
 """The watch screen: a progress bar over the core stages and the whole kit's total (from every stage's
 latest result), the stages just graded, their failing checks and diagnoses (the terminal report's lines
 for them), and the next step, drawn once per save."""
-from ..advice import STATUS_WORD, blocked_note, next_step
-from ..grade import Results
-from ..stages import STAGE, STAGES
-from .terminal import failure_lines
+from ..advice import STATUS_WORD, blocked_note
+from ..results import Results, StageStatus
+from ..stages import BY_NAME, CORE
+from .terminal import failure_details, shows_failures
 
 
 def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: list[str] = ()) -> str:
     """`kit` holds every stage's latest StageResult (this run's included); `pending` the stages still
-    being graded (shown as such, and updated in place when their verdict comes)."""
-    core = [s for s in STAGES if not s.bonus]
+    being graded (shown as such, and updated in place when their verdict comes). The next step is
+    res.next_step, which watch computed from the whole kit's statuses."""
+    core = CORE
     done = sum(kit[s.name].status == "passed" for s in core if s.name in kit)
     bar = "#" * (3 * done) + "." * (3 * (len(core) - done))
     score = sum(kit[s.name].score for s in core if s.name in kit)
@@ -19,15 +20,14 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
     for name in graded:
         sr = res.stages.get(name)
         if sr is None:
-            lines.append(f"  stage {STAGE[name].number} {name}: grading ..." if name in pending else "")
+            lines.append(f"  stage {BY_NAME[name].number} {name}: grading ..." if name in pending else "")
             continue
-        blocked = f" {blocked_note(sr, res)}" if sr.status == "blocked" and sr.blocked_by else ""
-        lines.append(f"  stage {STAGE[name].number} {name}: {STATUS_WORD[sr.status]}{blocked} "
+        blocked = f" {blocked_note(sr, res)}" if sr.status == StageStatus.BLOCKED and sr.blocked_by else ""
+        lines.append(f"  stage {BY_NAME[name].number} {name}: {STATUS_WORD[sr.status]}{blocked} "
                      f"({sr.score:g}/{sr.max_score:g})")
-    details = [line for sr in res.stages.values() for line in failure_lines(sr, res, verbose=False)
-               if line.startswith(("  Diagnosis", "  x ", "      "))][:12]
-    statuses = {n: sr.status for n, sr in kit.items()}
-    step = "grading the stages that use it ..." if pending else next_step(res, statuses)
+    details = [line for sr in res.stages.values() if shows_failures(sr, verbose=False)
+               for line in failure_details(sr, verbose=False)[0]][:12]
+    step = "grading the stages that use it ..." if pending else res.next_step
     off = [f"  (this machine: {note})" for note in res.protections_off]
     return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + step] + off)
 

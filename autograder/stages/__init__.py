@@ -32,12 +32,15 @@ def _worked_checks(stage: Stage) -> list[Check]:
 
 
 STAGES: list[Stage] = _discover()
-STAGE: dict[str, Stage] = {s.name: s for s in STAGES}
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 for _s in STAGES:
     _s.checks[:0] = _worked_checks(_s)  # the articles' numbers lead each stage
 CHECKS: list[Check] = [c for s in STAGES for c in s.checks]
-CORE_POINTS = sum(s.points for s in STAGES if not s.bonus)
-BONUS_POINTS = sum(s.points for s in STAGES if s.bonus)
+CORE: list[Stage] = [s for s in STAGES if not s.bonus]
+BONUS: list[Stage] = [s for s in STAGES if s.bonus]
+SHOWN_ORDER: list[Stage] = CORE + BONUS  # reports list the core stages, then the bonus ones
+CORE_POINTS = sum(s.points for s in CORE)
+BONUS_POINTS = sum(s.points for s in BONUS)
 FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions}
 # a helper every stage may call (loads torch early), besides the functions the stages declare
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
@@ -52,6 +55,14 @@ HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
 
+def numbers(stages: list[Stage], to: str = "-") -> str:
+    """'9-12' (or with to=' to ', '9 to 12') for consecutive stage numbers, else '9, 11, 12'."""
+    ns = sorted(s.number for s in stages)
+    if len(ns) > 1 and ns == list(range(ns[0], ns[-1] + 1)):
+        return f"{ns[0]}{to}{ns[-1]}"
+    return ", ".join(map(str, ns))
+
+
 def mistakes_of(diagnosis: str | None) -> list[Mistake]:
     """The catalogue entries a diagnosis names: one id, or several joined by '+' (mistakes made together)."""
     return [CATALOGUE[i] for i in diagnosis.split("+")] if diagnosis else []
@@ -64,7 +75,7 @@ def checks_to_run(stage: str, public_only: bool) -> list[Check]:
     things on inputs the student never saw. A twin keeps its points (issue 23): the local total counts
     it as the autograder would, so a stage that fails never shows full points; reports mark it a twin."""
     out = []
-    for c in STAGE[stage].checks:
+    for c in BY_NAME[stage].checks:
         if c.visibility == "public" or not public_only:
             out.append(c)
         else:

@@ -8,6 +8,7 @@ from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
     name="backward", number=10, points=10, files=("backward.py",), calls=(),
+    reread='dq, dk, dv by hand, against the reference and finite differences',
     bonus=True,
     functions=(
         Function(name="attention_backward", target="backward:attention_backward", reference="core:attention_backward"),

@@ -7,6 +7,7 @@ from .common import expect_defaults
 
 STAGE = Stage(
     name="costs", number=12, points=5, files=("costs.py",), calls=("kv_cache",),
+    reread='score and KV-cache counts; B "What it costs as the sequence grows"',
     torch=True, bonus=True, worked_points=1.0,
     functions=(
         Function(name="score_count", target="costs:score_count", reference="core:score_count"),

@@ -8,6 +8,7 @@ from .common import randn, require_nontrivial, shape_str
 
 STAGE = Stage(
     name="dot_products", number=2, points=8, files=("scores.py",), calls=("softmax",),
+    reread='B "The one idea", "Simple self-attention"',
     worked_points=1.0,
     functions=(
         Function(name="dot_scores", target="scores:dot_scores", reference="core:dot_scores"),

@@ -8,6 +8,7 @@ from ..registry import Function, Mistake, Stage
 
 STAGE = Stage(
     name="dropout", number=11, points=5, files=("dropout.py",), calls=(),
+    reread='inverted dropout on the weights; B "Causal attention"',
     bonus=True,
     functions=(
         Function(name="dropout_probe", target="npdriver:dropout_probe", reads=("dropout.py",)),

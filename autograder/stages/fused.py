@@ -10,6 +10,7 @@ from .heads import module_weights
 
 STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads",),
+    reread='B "Code that matches the hand numbers"',
     torch=True, worked_points=1.0,
     functions=(
         Function(name="fused_attention", target="driver:fused_attention", reference="api:fused_attention",

@@ -8,6 +8,7 @@ from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
     name="heads", number=6, points=16, files=("heads.py", "module.py"), calls=("projections", "masking"),
+    reread='B "Multi-head attention", "Code that matches the hand numbers"',
     torch=True, worked_points=1.0,
     functions=(
         Function(name="split_heads", target="heads:split_heads", reference="core:split_heads"),

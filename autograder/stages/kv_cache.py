@@ -10,6 +10,7 @@ from .heads import module_weights
 
 STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
+    reread='B "What it costs as the sequence grows"',
     torch=True, worked_points=1.0,
     functions=(
         Function(name="kv_cache_numel", target="driver:kv_cache_numel", reference="api:kv_cache_numel",

@@ -9,6 +9,7 @@ from .common import expect_defaults, expect_value_error, randn, require_nontrivi
 
 STAGE = Stage(
     name="masking", number=5, points=16, files=("masking.py",), calls=("softmax", "scaling"),
+    reread='A "Hide forbidden positions before softmax"; B "Causal attention"',
     worked_points=0.5,
     functions=(
         Function(name="causal_mask", target="masking:causal_mask", reference="api:causal_mask"),

@@ -8,6 +8,7 @@ from .common import randn, shape_str
 
 STAGE = Stage(
     name="projections", number=3, points=8, files=("projections.py",), calls=(),
+    reread='B "Trainable attention"',
     worked_points=1.0,
     functions=(
         Function(name="project_qkv", target="projections:project_qkv", reference="core:project_qkv"),

@@ -1,13 +1,14 @@
 """Stage 4 checks: scaled scores and the variance experiment."""
 import numpy as np
 
-from ..compare import check_close
+from ..compare import check_close, variance_stderr
 from ..outcomes import Fail
 from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
     name="scaling", number=4, points=10, files=("scaling.py",), calls=(),
+    reread='A "Why divide by the square root?"; B "Scores, now with a divide"',
     worked_points=0.5,
     functions=(
         Function(name="scaled_scores", target="scaling:scaled_scores", reference="core:scaled_scores"),
@@ -66,7 +67,7 @@ def variance_theory(api, ctx):
     """var(q.k) is near d_k and var(q.k / sqrt(d_k)) near 1, for other d_k and seeds"""
     for d_k, seed in [(8, 11), (128, 12)]:
         n = 5000
-        se = np.sqrt((2 * d_k**2 + 6 * d_k) / n)
+        se = variance_stderr(d_k, n)
         raw = float(api.score_variance(d_k, n, seed, False))
         scaled = float(api.score_variance(d_k, n, seed, True))
         if abs(raw - d_k) > 5 * se:

@@ -12,6 +12,7 @@ from .common import RAISED, expect_defaults, expect_value_error, randn, require_
 
 STAGE = Stage(
     name="softmax", number=1, points=12, files=("softmax.py",), calls=(),
+    reread='A "How the scores become shares"; B "Simple self-attention"',
     worked_points=0.5,
     functions=(
         Function(name="softmax", target="softmax:softmax", reference="core:softmax"),

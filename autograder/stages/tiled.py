@@ -9,6 +9,7 @@ from .common import RAISED, expect_defaults, expect_value_error, randn, shape_st
 
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
+    reread='the online-softmax (FlashAttention) forward in numpy; B "What it costs as the sequence grows"',
     bonus=True, worked_points=1.0,
     functions=(
         Function(name="tiled_attention", target="tiled:tiled_attention", reference="api:tiled_attention"),

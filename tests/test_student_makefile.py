@@ -1,0 +1,59 @@
+"""The student repo's Makefile is student.mk, the file the full repo's Makefile includes: every one of its
+targets runs in a built release, and the variables it documents (STAGE, SEED, SUBMISSION) reach the grader."""
+import os
+import re
+import subprocess
+import zipfile
+
+import pytest
+from conftest import ROOT, output_until, share_venv
+
+from autograder.instructor.build import release
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    if not (ROOT / ".venv" / ".student").exists():
+        pytest.skip("needs the .venv that `make test` sets up")
+    return share_venv(release(tmp_path_factory.mktemp("student") / "student"))
+
+
+def make(repo, *args: str, timeout: float = 300) -> str:
+    p = subprocess.run(["make", "-s", *args], cwd=repo, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def targets(makefile: str) -> set[str]:
+    return {t for t in re.findall(r"^([a-z][\w-]*):", makefile, re.M)}
+
+
+def test_the_release_makefile_is_student_mk(student):
+    assert (student / "Makefile").read_text() == (ROOT / "student.mk").read_text()
+    assert "include student.mk" in (ROOT / "Makefile").read_text()
+    assert (student / "setup.mk").read_text() == (ROOT / "setup.mk").read_text()
+
+
+def test_every_target_of_the_student_makefile_runs(student):
+    ran = {"help", "student-help"}
+    assert "make grade [STAGE=masking]" in make(student, "help") and "instructors" not in make(student)
+    out = make(student, "grade", "STAGE=softmax", "SEED=3")
+    assert "(seed 3)" in out and "softmax" in out and "dot_products" not in out
+    ran.add("grade")
+    assert "Hint 1/" in make(student, "hint", "STAGE=softmax")
+    ran.add("hint")
+    make(student, "submit")
+    with zipfile.ZipFile(student / "submission.zip") as z:
+        assert "softmax.py" in z.namelist()
+    ran.add("submit")
+    assert "A-softmax-weights" in make(student, "worked")
+    ran.add("worked")
+    make(student, "report", "STAGE=softmax")
+    page = (student / "report.html").read_text()
+    assert "<td class='name'>softmax</td>" in page and "<td class='name'>dot_products</td>" not in page
+    ran.add("report")
+    assert "Next step:" in output_until(["make", "-s", "watch"], student, b"Next step:",
+                                        env={**os.environ, "NO_COLOR": "1"})
+    ran.add("watch")
+    assert targets((student / "Makefile").read_text()) == ran
