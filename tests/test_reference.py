@@ -130,7 +130,8 @@ def test_decode_flop_count_skips_the_dynamo_import_and_counts_the_same():
         "drivers._flop_counter_mode = lambda: flop_counter.FlopCounterMode\n"
         "plain = drivers.decode_step_flops(64, 4, [64, 128, 256], pkg='submission')\n"
         "print(fast, plain)\n"
-        "assert fast == plain and fast[0] < fast[1] < fast[2]\n"
+        "assert fast == plain and fast['flops'][0] < fast['flops'][1] < fast['flops'][2]\n"
+        "assert fast['converted'] == []\n"
     )
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -203,3 +203,21 @@ def test_the_sdpa_baseline_is_kept_only_on_a_students_own_machine(monkeypatch, t
     assert fused._saved_baseline((False, 8192)) == 123456 and fused._saved_baseline((True, 8192)) is None
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert fused._baseline_file((False, 8192)) is None
+
+
+def test_decode_work_hidden_in_numpy_is_caught(tmp_path):
+    """A quadratic decode step done on numpy copies is out of torch's FLOP counter: the cost check fails and
+    says why, instead of passing on the small count it saw."""
+    src = (SOLUTIONS / "module.py").read_text()
+    hidden = src.replace(
+        "        scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # [B, H, T, T_k]\n",
+        "        import numpy as np\n"
+        "        qn, kn = np.asarray(q), np.asarray(k)\n"
+        "        scores = torch.as_tensor(qn @ kn.swapaxes(-2, -1) / kn.shape[-1] ** 0.5)  # [B, H, T, T_k]\n")
+    assert hidden != src
+    sub = variant(tmp_path, {})
+    (sub / "module.py").write_text(hidden)
+    res = grade(sub, stages=["kv_cache"])
+    cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
+    assert not cost.passed and "__array__" in cost.message, cost.message
+    assert sum(r.passed for r in res.stages["kv_cache"].checks) >= len(res.stages["kv_cache"].checks) - 2

@@ -174,21 +174,48 @@ def _sdpa_cpu_formulas() -> dict:
 
 
 def decode_step_flops(d_model, n_heads, lengths, *, pkg):
-    """FLOPs (FlopCounterMode) of one decode step (one new token) after `L` cached tokens, for each L."""
+    """FLOPs (FlopCounterMode) of one decode step (one new token) after `L` cached tokens, for each L, and
+    which conversions out of torch the steps made (their work would be out of the count)."""
     m = _build(pkg, d_model, n_heads, False)
     KVCache = _mod(pkg, "kv_cache").KVCache
     FlopCounterMode = _flop_counter_mode()  # after the submission's modules are loaded (see there)
-    counts = []
+    counts, seen = [], []
     g = torch.Generator().manual_seed(0)
     for L in lengths:
         cache = KVCache(1, n_heads, L + 1, d_model // n_heads)
         with torch.no_grad():
             m(torch.randn(1, L, d_model, generator=g), cache)  # prefill L tokens
             counter = FlopCounterMode(display=False, custom_mapping=_sdpa_cpu_formulas())
-            with counter:
+            with counter, _conversions() as converted:
                 m(torch.randn(1, 1, d_model, generator=g), cache)
         counts.append(int(counter.get_total_flops()))
-    return counts
+        seen += converted
+    return {"flops": counts, "converted": sorted(set(seen))}
+
+
+class _conversions:
+    """While active, notes every tensor turned into a numpy array or a Python list (work done on those is
+    out of the FLOP counter's sight); the conversion itself still happens as asked."""
+
+    NAMES = ("numpy", "__array__", "tolist")
+
+    def __enter__(self) -> list:
+        self.seen: list = []
+        self.saved = {n: getattr(torch.Tensor, n) for n in self.NAMES}
+
+        def noting(name, original):
+            def converted(tensor, *args, **kwargs):
+                self.seen.append(name)
+                return original(tensor, *args, **kwargs)
+            return converted
+
+        for name, original in self.saved.items():
+            setattr(torch.Tensor, name, noting(name, original))
+        return self.seen
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self.saved.items():
+            setattr(torch.Tensor, name, original)
 
 
 def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -134,7 +134,12 @@ def decode_float64(api, ctx):
 def decode_step_cost_linear(api, ctx):
     """the FLOPs of one decode step grow linearly with the cache length, not quadratically"""
     lengths = [64, 128, 256]
-    f = [int(v) for v in api.decode_step_flops(32, 4, lengths)]
+    r = api.decode_step_flops(32, 4, lengths)
+    if r["converted"]:
+        raise Fail(f"during one decode step your code turned tensors into numpy arrays or lists "
+                   f"({', '.join(r['converted'])}); the work done on those is out of the FLOP count. Keep the "
+                   "decode step in torch")
+    f = [int(v) for v in r["flops"]]
     d1, d2 = f[1] - f[0], f[2] - f[0]
     table = ", ".join(f"{L} cached: {n:,} FLOPs" for L, n in zip(lengths, f))
     if d1 <= 0:
