@@ -71,6 +71,14 @@ MUTANTS = {
     "fused-top-left": ({"fused.py": [(FUSED_IS_CAUSAL,
                                       "    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n")]},
                        ["fused"]),
+    "fused-float-mask": ({"fused.py": [("    allowed = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device)",
+                                        "    allowed = torch.ones(T_q, T_k, device=q.device)")]}, ["fused"]),
+    "fused-layout": ({"fused.py": [("    T_q, T_k = q.shape[-2], k.shape[-2]\n",
+                                    "    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, T, H, D]\n"
+                                    "    T_q, T_k = q.shape[-2], k.shape[-2]\n"),
+                                   ("        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)\n",
+                                    "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p).transpose(1, 2)\n")]},
+                     ["fused"]),
     "fused-not-fused": ({"fused.py": [("    T_q, T_k = q.shape[-2], k.shape[-2]\n", (
         "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
         "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"

@@ -240,8 +240,11 @@ class _SdpaSpy(TorchFunctionMode):
             except TypeError:
                 pass  # the call itself will say what is wrong with its arguments
             else:
+                floating = isinstance(mask, torch.Tensor) and mask.is_floating_point()
                 self.calls.append({"attn_mask": None if mask is None else list(getattr(mask, "shape", [])),
                                    "mask_type": None if mask is None else type(mask).__name__,
+                                   # a float mask is added to the scores: one of only 0s and 1s hides nothing
+                                   "mask_float_01": bool(floating and ((mask == 0) | (mask == 1)).all()),
                                    "dropout_p": float(p),
                                    "is_causal": bool(causal), "q": list(q.shape), "k": list(k.shape)})
         return func(*args, **kwargs)

@@ -42,8 +42,39 @@ STAGE = Stage(
         Mistake(id="fused-not-fused", where="fused.py:fused_attention",
                 explanation="attention is computed by hand instead of one F.scaled_dot_product_attention call",
                 reread="Article B, 'Code that matches the hand numbers'"),
+        Mistake(id="fused-float-mask", where="fused.py:fused_attention",
+                explanation="the mask passed to SDPA is a float tensor of 0s and 1s: SDPA adds a float mask to the "
+                            "scores, so it hides nothing; pass a boolean mask (True = may attend)",
+                reread="Article B, 'Causal attention'"),
+        Mistake(id="fused-layout", where="fused.py:fused_attention",
+                explanation="q, k, v reach SDPA as [B, T, H, D]; it attends over the second-to-last axis, so it "
+                            "wants [B, H, T, D]",
+                reread="Article B, 'Multi-head attention'"),
     ),
 )
+
+
+def _evidence(calls: list, q) -> tuple[str | None, str]:
+    """What the recorded SDPA calls show about a wrong output: a float 0/1 mask, or the time and head axes
+    swapped on the way in (a [B, T, H, D] layout). (None, "") when they show neither."""
+    B, H, T, D = q.shape
+    for c in calls:
+        if c.get("mask_float_01"):
+            return "fused-float-mask", f"the call got a float mask of shape {c['attn_mask']} holding only 0s and 1s"
+        if H != T and c["q"] == [B, T, H, D]:
+            return "fused-layout", f"the call got q of shape {c['q']} for q [B, H, T, D] = {list(q.shape)}"
+    return None, ""
+
+
+def _check_fused(r: dict, want, what: str, q, inputs: str, mistakes=None) -> None:
+    """check_close of the student's output, naming what the SDPA calls show when it differs."""
+    try:
+        check_close(r["out"], want, what, inputs=inputs, mistakes=mistakes)
+    except Fail as f:
+        found, why = _evidence(r["calls"], q)
+        if f.diagnosis or found is None:
+            raise
+        raise diagnosed(found, f"{why}; {f}") from None
 
 
 def _qkv(rng, B, H, T_q, T_k, D, dt=np.float32):
@@ -57,8 +88,8 @@ def reference(api, ctx):
     for B, H, T, D, causal in [(2, 3, 6, 4, True), (1, 2, 5, 8, False), (2, 1, 1, 4, True)]:
         q, k, v = _qkv(rng, B, H, T, T, D)
         r = api.fused_probe(q, k, v, causal)
-        check_close(r["out"], ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})",
-                    inputs=shape_str(q))
+        _check_fused(r, ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})", q,
+                     shape_str(q))
 
 
 @STAGE.check(points=2, kind="reference", cite="Article B, 'What it costs as the sequence grows'",
@@ -69,9 +100,8 @@ def bottom_right_when_lengths_differ(api, ctx):
     for T_q, T_k in [(1, 6), (3, 7)]:
         q, k, v = _qkv(rng, 1, 2, T_q, T_k, 4)
         r = api.fused_probe(q, k, v, True)
-        check_close(r["out"], ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}",
-                    inputs=f"q {shape_str(q)}, k {shape_str(k)}",
-                    mistakes={"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
+        _check_fused(r, ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}", q,
+                     f"q {shape_str(q)}, k {shape_str(k)}", {"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
 
 
 @STAGE.check(points=2, kind="property", visibility="public",
