@@ -11,4 +11,4 @@ NEED_PYTHON = $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>
 	echo "  make grade PYTHON=python3.12"; exit 1; }
 # the venv itself, then the requirements: torch from the CPU wheel index on Linux (TORCH_INDEX= changes it)
 MAKE_VENV = test -x $(PY) || { $(NEED_PYTHON) && $(PYTHON) -m venv $(VENV); }
-INSTALL   = $(PY) -m autograder.install
+INSTALL   = $(PY) -m autograder.sandbox.install

@@ -1,5 +1,5 @@
 """The names the checks call, on both sides: `StudentAPI(worker).softmax(x)` runs the submission's
-`softmax.softmax(x)` in the child process (autograder.sandbox); `ReferenceAPI().softmax(x)` runs
+`softmax.softmax(x)` in the child process (autograder.sandbox.runner); `ReferenceAPI().softmax(x)` runs
 attn_ref's. Both resolve a name through the Function its stage declares (autograder/stages).
 """
 import functools

@@ -23,7 +23,7 @@ def use_color() -> bool:
 
 
 def _grade(args) -> int:
-    from .sandbox import prestart
+    from .sandbox.runner import prestart
 
     stages = [s.strip() for s in args.stage.split(",") if s.strip()] if args.stage else None
     # The children load numpy (and torch) while this process imports the stages and their checks. The
@@ -31,7 +31,7 @@ def _grade(args) -> int:
     path = Path(args.submission)
     guess = path.resolve() if path.is_dir() and any(path.glob("*.py")) else None
     workers = prestart(guess, stages, args.timeout) if guess else {}
-    from .submission import survey
+    from .sandbox.submission import survey
 
     try:
         found = survey(path)
@@ -64,7 +64,7 @@ def _grade(args) -> int:
     for note in found.notes:
         print(f"note: {note}")
     print(terminal(res, verbose=args.verbose, color=use_color()))
-    from .hints import remember_run
+    from .feedback.hints import remember_run
 
     remember_run(res)  # `make hint` follows the latest run
     for renderer, path in wanted:
@@ -85,15 +85,15 @@ def required_failures(res, required: list[str]) -> int:
 
 
 def _watch(args) -> int:
-    from .submission import locate
+    from .sandbox.submission import locate
     from .watch import watch
 
     return watch(locate(Path(args.submission)), args.interval, args.timeout, color=use_color())
 
 
 def _hint(args) -> int:
-    from .hints import next_hint
-    from .submission import locate
+    from .feedback.hints import next_hint
+    from .sandbox.submission import locate
 
     try:
         print(next_hint(locate(Path(args.submission)), args.stage))
@@ -104,7 +104,7 @@ def _hint(args) -> int:
 
 
 def _worked(args) -> int:
-    from .article_numbers import WORKED
+    from .stages.article_numbers import WORKED
 
     items = [w.as_json() for w in WORKED]
     if args.json:
@@ -116,7 +116,7 @@ def _worked(args) -> int:
 
 
 def _submit(args) -> int:
-    from .submission import make_zip
+    from .sandbox.submission import make_zip
 
     src = Path(args.submission)
     problems = make_zip(src, Path(args.output))

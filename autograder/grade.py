@@ -13,17 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import localise
-from .advice import next_step
 from .api import Context, ReferenceAPI, StudentAPI
-from .fixtures import Replayer, load
+from .feedback import localise
+from .feedback.advice import next_step
+from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
 from .outcomes import Fail, MissingFixture, StudentAborted, StudentError, StudentTimeout
-from .registry import Check
+from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
-from .safe_files import UnusableFile, problem, read_bytes
-from .sandbox import Worker, protections
-from .sources import def_line_number, enclosing_function, reached_files, rel
+from .sandbox.runner import Worker, protections
+from .sandbox.safe_files import UnusableFile, problem, read_bytes
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
+from .stages.fixtures import Replayer, load
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -87,7 +87,7 @@ def describe_error(error: dict, submission: Path, stage: str | None = None) -> s
 
 def refused_why(submission: Path, file: str) -> str | None:
     """Why the import and introspection rule refuses this stage file (static_check), or None."""
-    from .static_check import describe, refusals
+    from .sandbox.static_check import describe, refusals
 
     try:
         found = refusals(read_bytes(submission / file), {f.removesuffix(".py") for f in SUBMISSION_FILES})
@@ -239,7 +239,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                 if any(not r.passed for r in found[name]):  # issue 23 hook: which function is wrong on its own
                     located.update(localise.located_for(api, ctx, name, submission))
             if pictures and not torch:
-                from . import pictures as pics
+                from .report import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))
         except Exception as e:  # noqa: BLE001 - the grader's own trouble (a dead fork server): say so, per check

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from .registry import Check
+from .records import Check
 from .stages import BY_NAME, mistakes_of
 
 NIE = "NotImplementedError"
@@ -54,7 +54,7 @@ class Where:
 
 @dataclass
 class Located:
-    """The function found wrong on its own by fault localisation (autograder/localise.py): its stage, file,
+    """The function found wrong on its own by fault localisation (autograder/feedback/localise.py): its stage, file,
     function, a line inside it, the inferred diagnosis (when the structure of the difference names one) and
     what was seen."""
     stage: str
@@ -144,7 +144,7 @@ class Results:
     seed: int
     seconds: float = 0.0
     next_step: str = ""  # the one thing to do next (advice.next_step), computed once by the grader
-    pictures: dict = field(default_factory=dict)  # see autograder.pictures (only when asked for)
+    pictures: dict = field(default_factory=dict)  # see autograder.report.pictures (only when asked for)
     protections_off: list[str] = field(default_factory=list)  # sandbox.protections: what this machine lacks
     ignored_files: list[str] = field(default_factory=list)  # .py files that are not stage modules (never run)
     located: dict[str, Located] = field(default_factory=dict)  # stage -> the function found wrong on its own

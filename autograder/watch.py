@@ -48,7 +48,7 @@ class Session:
     sandbox as `make grade`). A grade runs in a thread; a save while it runs cancels it."""
 
     def __init__(self, folder: Path, timeout: float, color: bool, out) -> None:
-        from .launchers import warm_launcher
+        from .sandbox.launchers import warm_launcher
 
         self.folder, self.timeout, self.color, self.out = folder, timeout, color, out
         self.kit: dict = {}  # every stage's latest StageResult, for the whole-kit line
@@ -58,7 +58,7 @@ class Session:
         self.lock = threading.Lock()
 
     def _server(self):
-        from .launchers import warm_launcher
+        from .sandbox.launchers import warm_launcher
 
         if not self.server.alive():  # a submission running as the student's user killed it: start another
             self.server.close()
@@ -67,7 +67,7 @@ class Session:
 
     def _grade(self, stages: list[str]):
         from .grade import grade
-        from .sandbox import Worker
+        from .sandbox.runner import Worker
 
         server = self._server()
         with self.lock:
@@ -82,8 +82,8 @@ class Session:
     def run(self, changed: set[str] | None) -> None:
         """Grade what `changed` reaches (everything when None): the saved stages first, then the stages that
         use them, on one screen whose lines are updated in place. Returns early when cancelled."""
-        from .advice import next_step
-        from .hints import remember_run
+        from .feedback.advice import next_step
+        from .feedback.hints import remember_run
         from .report.watch_screen import screen
         from .results import Results
 

@@ -82,10 +82,10 @@ _fixtures = None
 def _grade_pair(m: dict, fixtures_path: str) -> dict:
     """Grade one mutant the autograder's way and the student repo's way; which stages failed in each."""
     global _server, _fixtures
-    from autograder.fixtures import Replayer
     from autograder.grade import grade
-    from autograder.launchers import ForkServer
+    from autograder.sandbox.launchers import ForkServer
     from autograder.stages import STAGES, stage_of_file
+    from autograder.stages.fixtures import Replayer
     from autograder.watch import affected_stages
 
     if _server is None or not _server.alive():

@@ -6,7 +6,7 @@ import zipfile
 from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
 
 from autograder.instructor.make_exercises import generate, stub_source
-from autograder.submission import locate, make_zip
+from autograder.sandbox.submission import locate, make_zip
 
 
 def test_exercises_match_generated_byte_for_byte():
@@ -105,7 +105,7 @@ def test_gpu_check_proof_fails_for_a_hand_written_fused_call(tmp_path):
 
 
 def test_survey_grades_the_shallowest_level_and_names_the_rest(tmp_path):
-    from autograder.submission import survey
+    from autograder.sandbox.submission import survey
 
     up = tmp_path / "up"
     shutil.copytree(SOLUTIONS, up / "exercises")
@@ -120,7 +120,7 @@ def test_survey_grades_the_shallowest_level_and_names_the_rest(tmp_path):
 
 
 def test_a_level_spread_over_folders_is_merged(tmp_path):
-    from autograder.submission import survey
+    from autograder.sandbox.submission import survey
 
     up = tmp_path / "up"
     for name in ("softmax.py", "scaling.py"):

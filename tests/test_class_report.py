@@ -14,7 +14,7 @@ from test_html_report import CHROMIUM, FLAGS, _images
 
 from autograder.instructor.class_report import pseudonym
 from autograder.instructor.regrade import regrade
-from autograder.launchers import separate_user_possible
+from autograder.sandbox.launchers import separate_user_possible
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 

@@ -10,7 +10,7 @@ import time
 from conftest import EXERCISES, ROOT, SOLUTIONS, Watching, grade, variant
 from test_diagnosis import MUTANTS
 
-from autograder.hints import next_hint, remember_run
+from autograder.feedback.hints import next_hint, remember_run
 
 
 def span_of(path, name: str) -> tuple[int, int]:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, grade, variant
 
-from autograder.article_numbers import X
 from autograder.instructor.build import autograder_zip, gradescope_local
-from autograder.launchers import separate_user_possible
+from autograder.sandbox.launchers import separate_user_possible
 from autograder.stages import CORE_POINTS, STAGES
+from autograder.stages.article_numbers import X
 
 SECRET = "test-course-secret"
 SOFTMAX_HEAD = '"""Stage 1: a numerically stable softmax.'
@@ -82,7 +82,7 @@ def test_solutions_full_marks_and_format(zip_path, tmp_path):
 
 
 def test_submit_zip_and_exercises_folder_are_found(zip_path, tmp_path):
-    from autograder.submission import make_zip
+    from autograder.sandbox.submission import make_zip
 
     z = tmp_path / "up" / "submission.zip"
     z.parent.mkdir()

@@ -112,7 +112,7 @@ def test_cli_unknown_stage():
 
 
 def test_hints_climb_one_rung_per_call(tmp_path):
-    from autograder.hints import HINTS, next_hint
+    from autograder.feedback.hints import HINTS, next_hint
 
     sub = tmp_path / "exercises"
     sub.mkdir()

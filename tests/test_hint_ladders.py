@@ -3,8 +3,8 @@ starts at its own first rung, and no rung gives the answer line away."""
 from conftest import SOLUTIONS, grade, variant
 from test_diagnosis import MUTANTS
 
-from autograder.hint_ladders import ladder
-from autograder.hints import next_hint, remember_run
+from autograder.feedback.hint_ladders import ladder
+from autograder.feedback.hints import next_hint, remember_run
 from autograder.stages import CATALOGUE
 
 

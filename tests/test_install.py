@@ -6,7 +6,7 @@ import threading
 import pytest
 from conftest import ROOT
 
-from autograder import install
+from autograder.sandbox import install
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The operating system's boundary around a child (autograder/namespaces.py), tested below the static
+"""The operating system's boundary around a child (autograder/sandbox/namespaces.py), tested below the static
 check: code running inside it, with every import it likes, cannot see the checkout, home, other
 submissions or the network, cannot fill the machine's /tmp, and leaves no process behind."""
 import ast
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from autograder import namespaces
-from autograder.launchers import sandbox_uid
+from autograder.sandbox import namespaces
+from autograder.sandbox.launchers import sandbox_uid
 
 pytestmark = pytest.mark.skipif(not namespaces.available(), reason="no namespaces here (unshare refused or missing)")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SOLUTIONS, copy_repo, output_until, share_venv
 
-from autograder.launchers import separate_user_possible
+from autograder.sandbox.launchers import separate_user_possible
 
 # where no submission can get a uid of its own, regrade runs others' code only when told the code is trusted
 TRUST = "" if separate_user_possible() else " TRUST=1"

@@ -9,17 +9,17 @@ from conftest import GRADER_ROOT, ROOT, grade, variant
 from test_diagnosis import MUTANTS
 
 from autograder import grade as grading
+from autograder.feedback.sources import def_line_number, first_stub
 from autograder.instructor.class_report import troubles
 from autograder.report import RENDERERS
 from autograder.report.gradescope_json import md_text, results_json
 from autograder.report.terminal import terminal
 from autograder.report.watch_screen import screen
 from autograder.results import CheckStatus, Failure, StageStatus, Where
-from autograder.sources import def_line_number, first_stub
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 RENDERER_FILES = [*sorted((GRADER_ROOT / "report").glob("*.py")), GRADER_ROOT / "instructor" / "class_report.py",
-                  GRADER_ROOT / "notebook_cells.py"]
+                  GRADER_ROOT / "report" / "notebook_cells.py"]
 LOOP = ("    weights = softmax(dot_scores(x), axis=-1)",
         "    while True:\n        pass\n    weights = softmax(dot_scores(x), axis=-1)")
 

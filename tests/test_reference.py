@@ -12,8 +12,8 @@ from conftest import ROOT
 
 from attn_ref import core
 from autograder.api import ReferenceAPI
-from autograder.article_numbers import WORKED
 from autograder.compare import check_printed, check_within
+from autograder.stages.article_numbers import WORKED
 
 
 @pytest.mark.parametrize("w", WORKED, ids=[w.id for w in WORKED])

@@ -7,7 +7,7 @@ import pytest
 from conftest import EXERCISES, SOLUTIONS, variant
 
 from autograder.instructor.regrade import regrade
-from autograder.launchers import separate_user_possible
+from autograder.sandbox.launchers import separate_user_possible
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
@@ -35,7 +35,7 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
     """Forked from the fork server, a torch child still crashes alone, times out alone, and is swept."""
     from conftest import grade
 
-    from autograder.launchers import ForkServer as Zygote
+    from autograder.sandbox.launchers import ForkServer as Zygote
 
     z = Zygote()
     try:
@@ -54,7 +54,7 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
 def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user):
     """Run as the grader's user, a child can kill the shared fork server; the batch starts another
     and grades again whatever was being graded then. (Under its own uid the kill is refused.)"""
-    import autograder.launchers as sb
+    import autograder.sandbox.launchers as sb
 
     # the fork server is what regrade uses without namespaces; the killer's `import os` is let past the static
     # check, to see the batch survive what the sandbox alone lets through
@@ -92,7 +92,7 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
 
 def test_grade_one_replaces_a_dead_server(monkeypatch):
     import autograder.instructor.regrade as rg
-    from autograder.launchers import ForkServer as Zygote
+    from autograder.sandbox.launchers import ForkServer as Zygote
 
     monkeypatch.setattr(rg.namespaces, "available", lambda: False)  # with them, each child is a new interpreter
     dead = Zygote()

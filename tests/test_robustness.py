@@ -69,7 +69,7 @@ def test_printing_student_code_does_not_disturb(tmp_path):
 
 def test_numpy_stages_never_import_torch(tmp_path, monkeypatch):
     # the guard reads sys.modules, which the static check refuses in a submission: let it through here
-    monkeypatch.setattr("autograder.static_check.refusals", lambda source, own: [])
+    monkeypatch.setattr("autograder.sandbox.static_check.refusals", lambda source, own: [])
     guard = ('    import sys\n    if "torch" in sys.modules:\n        raise RuntimeError("torch was imported")\n'
              + SOFTMAX_BODY)
     numpy_stages = ["softmax", "dot_products", "projections", "scaling", "masking"]

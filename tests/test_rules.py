@@ -6,7 +6,7 @@ import re
 from conftest import EXERCISES
 
 from autograder.instructor.build import student_readme
-from autograder.registry import REFERENCE_RULE, WORKED_RULE
+from autograder.records import REFERENCE_RULE, WORKED_RULE
 from autograder.stages import BY_NAME, CHECKS
 
 

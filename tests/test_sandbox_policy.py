@@ -1,11 +1,11 @@
-"""What a submission may use (autograder/static_check.py), and measurements it cannot reach: each hostile
+"""What a submission may use (autograder/sandbox/static_check.py), and measurements it cannot reach: each hostile
 submission here gains nothing and costs only its own stage; correct code from elsewhere keeps every point."""
 import pytest
 from conftest import ROOT, SOLUTIONS, grade, variant
 
 from autograder.api import Context
+from autograder.sandbox.static_check import RULE, refusals, source_defaults
 from autograder.stages import SUBMISSION_FILES
-from autograder.static_check import RULE, refusals, source_defaults
 
 OWN = {f.removesuffix(".py") for f in SUBMISSION_FILES}
 SOFTMAX_BODY = "    scores = np.asarray(scores)\n"

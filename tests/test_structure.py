@@ -74,7 +74,7 @@ def _package_imports(path: Path, package: str) -> set[str]:
 
 def test_outcomes_is_a_leaf():
     assert _package_imports(GRADER / "outcomes.py", "autograder") == set()
-    assert _package_imports(GRADER / "registry.py", "autograder") == set()
+    assert _package_imports(GRADER / "records.py", "autograder") == set()
 
 
 def test_child_sees_only_child():
@@ -87,7 +87,7 @@ def test_child_sees_only_child():
 def test_stage_checks_do_not_reach_into_the_sandbox():
     for path in (GRADER / "stages").glob("*.py"):
         names = _package_imports(path, "autograder")
-        assert not names & {"autograder.sandbox", "autograder.launchers", "autograder.grade"}, (path.name, names)
+        assert not names & {"autograder.sandbox.runner", "autograder.sandbox.launchers", "autograder.grade"}, (path.name, names)
 
 
 def test_parts_are_folders_with_a_docstring():
@@ -232,7 +232,7 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     (mutant / "toy.py").write_text(TOY_SOLUTION.replace("* 2", "* 3"))
     out = _make(kit, "grade", "SUBMISSION=mutant", "STAGE=toy")
     assert "Diagnosis toy-triple: the entries are tripled" in out
-    for rung in (1, 2, 3):  # its own ladder first (autograder/hint_ladders.py), then the stage's
+    for rung in (1, 2, 3):  # its own ladder first (autograder/feedback/hint_ladders.py), then the stage's
         assert (f"Hint {rung}/3 for stage 13 (toy), about the mistake your last run named, toy-triple"
                 in _make(kit, "hint", "STAGE=toy"))
     assert "Hint 1/2 for stage 13 (toy)" in _make(kit, "hint", "STAGE=toy")

@@ -1,4 +1,4 @@
-"""The child process that runs student code. Started by autograder.launchers (or forked by
+"""The child process that runs student code. Started by autograder.sandbox.launchers (or forked by
 the fork server, autograder/child/fork_server.py), never by hand.
 
 argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD

@@ -19,10 +19,10 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from ..registry import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
+from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
-from ..static_check import RULE as STATIC_RULE
 from .tables import student_table, student_totals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +38,8 @@ def record_fixtures() -> dict:
 
     from .. import compare
     from ..api import ReferenceAPI
-    from ..fixtures import Recorder
     from ..grade import grade
+    from ..stages.fixtures import Recorder
 
     store: dict = {}
     compare.EAGER_MISTAKES = True  # the student repo must be able to diagnose without attn_ref
@@ -47,7 +47,7 @@ def record_fixtures() -> dict:
         res = grade(ROOT / "solutions", ref=Recorder(ReferenceAPI(), "ref", store),
                     mistakes=Recorder(mistakes, "mistakes", store),
                     public_only=True, pictures=True)
-        from ..localise import prime
+        from ..feedback.localise import prime
 
         prime(Recorder(ReferenceAPI(), "ref", store))  # issue 23: the localisation probes' answers
     finally:
@@ -211,7 +211,7 @@ def release(out: Path = DIST / "student") -> Path:
             continue
         (out / "autograder" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, out / "autograder" / rel)
-    from ..fixtures import save
+    from ..stages.fixtures import save
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")

@@ -22,8 +22,8 @@ GRADER_FAILED = ("**The autograder itself failed** while grading this submission
 def derive_seed(secret: str, submission: Path) -> int:
     """Hidden-check seed from the course secret and the submission's files: reproducible per
     submission, unknowable without the secret."""
-    from ..safe_files import UnusableFile, read_bytes
-    from ..submission import STAGE_FILES
+    from ..sandbox.safe_files import UnusableFile, read_bytes
+    from ..sandbox.submission import STAGE_FILES
 
     h = hashlib.sha256(secret.encode())
     for name in STAGE_FILES:
@@ -59,7 +59,7 @@ def grade_upload(root: Path) -> dict:
     """The results of grading root/submission: the grader's imports happen here, inside main's guard."""
     from ..grade import grade
     from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, results_json
-    from ..submission import STAGE_FILES, survey
+    from ..sandbox.submission import STAGE_FILES, survey
 
     source = root / "source"
     try:

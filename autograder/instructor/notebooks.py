@@ -5,7 +5,7 @@
 
 One assignment, `attention`, one notebook: per stage (the four bonus stages included) an explanation, solution cells that
 write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
-a locked test cell worth the stage's points that calls autograder.notebook_cells.grade_stage: public
+a locked test cell worth the stage's points that calls autograder.report.notebook_cells.grade_stage: public
 checks in the student version, hidden ones between nbgrader's hidden-test markers.
 """
 import argparse
@@ -78,7 +78,7 @@ def build_notebook() -> dict:
             cells.append(_cell("code", f"%%writefile submission/{f}\n" + nb_markers(src).rstrip() + "\n",
                                {"grade": False, "solution": True, "locked": False,
                                 "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
-        test = ("from autograder.notebook_cells import grade_stage\n"
+        test = ("from autograder.report.notebook_cells import grade_stage\n"
                 f"score = grade_stage({s.name!r}, public_only=True)\n"
                 "### BEGIN HIDDEN TESTS\n"
                 f"score = grade_stage({s.name!r})\n"
@@ -143,7 +143,7 @@ def otter_master() -> dict:
         cells.append(_raw("# BEGIN TESTS"))
         for c in stage_checks:
             head = "# HIDDEN\n" if c.visibility == "hidden" else ""
-            cells.append(_code(f"{head}from autograder.notebook_cells import check_passed\n"
+            cells.append(_code(f"{head}from autograder.report.notebook_cells import check_passed\n"
                                f"check_passed({s.name!r}, {c.name!r})", "True"))
         cells.append(_raw("# END TESTS"))
         cells.append(_raw("# END QUESTION"))

@@ -16,12 +16,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from .. import namespaces
 from ..grade import grade
-from ..launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
 from ..report.gradescope_json import results_json
+from ..sandbox import namespaces
+from ..sandbox.launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
+from ..sandbox.submission import locate
 from ..stages import STAGES
-from ..submission import locate
 from .gradescope import derive_seed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from ..advice import STATUS_WORD, diagnosis_text
+from ..feedback.advice import STATUS_WORD, diagnosis_text
 from ..results import CheckResult, Results, StageResult, StageStatus
 from ..stages import BY_NAME, SHOWN_ORDER
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..advice import STATUS_WORD, blocked_note
+from ..feedback.advice import STATUS_WORD, blocked_note
 from ..results import Results
 from ..stages import HINTS, SHOWN_ORDER, mistakes_of
 

@@ -1,7 +1,7 @@
 """The terminal report: the stage table, the failing checks with their diagnoses, the next step."""
-from ..advice import STATUS_WORD, blocked_note
+from ..feedback.advice import STATUS_WORD, blocked_note
+from ..feedback.sources import rel
 from ..results import Results, StageResult, StageStatus
-from ..sources import rel
 from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
 
 

@@ -1,7 +1,7 @@
 """The watch screen: a progress bar over the core stages and the whole kit's total (from every stage's
 latest result), the stages just graded, their failing checks and diagnoses (the terminal report's lines
 for them), and the next step, drawn once per save."""
-from ..advice import STATUS_WORD, blocked_note
+from ..feedback.advice import STATUS_WORD, blocked_note
 from ..results import Results, StageStatus
 from ..stages import BY_NAME, CORE
 from .terminal import failure_details, shows_failures

@@ -3,13 +3,13 @@ followed by its checks. Everything else is collected here from those declaration
 
 Stage order is the declared `number`; a module in this folder that declares a STAGE is a stage,
 so adding a stage means adding its module here, its solution module and its reference function.
-The articles' numbers (autograder/article_numbers.py) lead each stage's checks.
+The articles' numbers (autograder/stages/article_numbers.py) lead each stage's checks.
 """
 import dataclasses
 import importlib
 import pkgutil
 
-from ..registry import Check, Function, Mistake, Stage
+from ..records import Check, Function, Mistake, Stage
 
 
 def _discover() -> list[Stage]:
@@ -26,7 +26,7 @@ def _discover() -> list[Stage]:
 
 
 def _worked_checks(stage: Stage) -> list[Check]:
-    from ..article_numbers import WORKED, as_check
+    from .article_numbers import WORKED, as_check
 
     return [as_check(w, stage.worked_points) for w in WORKED if w.stage == stage.name]
 
@@ -46,9 +46,9 @@ FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
-# issue 23 hook: the inferred diagnoses (autograder/inference.py) join the catalogue, so every place that names a
+# issue 23 hook: the inferred diagnoses (autograder/feedback/inference.py) join the catalogue, so every place that names a
 # mistake by id (explanations, reread sections, "Diagnosis <id>: ...") treats them alike; they belong to no stage
-from ..inference import INFERRED  # noqa: E402
+from ..feedback.inference import INFERRED  # noqa: E402
 
 CATALOGUE.update({m.id: m for m in INFERRED})
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}

@@ -39,8 +39,8 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     stage's functions returned: a stub that returns nothing earns nothing here."""
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
         raise Fail("the stage's functions return None: write them first (their defaults count then)")
-    from ..safe_files import read_bytes
-    from ..static_check import source_defaults
+    from ..sandbox.safe_files import read_bytes
+    from ..sandbox.static_check import source_defaults
 
     for target, defaults in want.items():
         module, name = target.split(":")

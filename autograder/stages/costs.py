@@ -1,8 +1,8 @@
 """Bonus stage 12: counting scores and KV-cache numbers."""
 
 
-from ..diagnosis import diagnosed
-from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from ..feedback.diagnosis import diagnosed
+from ..records import DEFAULTS_RULE, Function, Mistake, Stage
 from .common import expect_defaults
 
 STAGE = Stage(

@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import Function, Stage
+from ..records import Function, Stage
 from .common import randn, require_nontrivial, shape_str
 
 STAGE = Stage(

@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
-from ..diagnosis import diagnosed
+from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
+from ..records import Function, Mistake, Stage
 
 STAGE = Stage(
     name="dropout", number=11, points=5, files=("dropout.py",), calls=(),

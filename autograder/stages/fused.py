@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
-from ..diagnosis import diagnosed
+from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
@@ -203,7 +203,7 @@ def _baseline_file(key: tuple):
     from importlib.metadata import version
     from pathlib import Path
 
-    from .. import namespaces
+    from ..sandbox import namespaces
 
     if os.geteuid() == 0:
         return None

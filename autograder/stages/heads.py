@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Function, Mistake, Stage
 from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 STAGE = Stage(

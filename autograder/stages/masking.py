@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
-from ..diagnosis import diagnosed
+from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Function, Mistake, Stage
 from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(

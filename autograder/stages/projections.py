@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..registry import Function, Mistake, Stage
+from ..records import Function, Mistake, Stage
 from .common import randn, shape_str
 
 STAGE = Stage(

@@ -4,10 +4,10 @@ import ast
 import numpy as np
 
 from ..compare import check_close
-from ..diagnosis import diagnosed
+from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..registry import DEFAULTS_RULE, Function, Mistake, Stage
-from ..safe_files import UnusableFile, read_bytes
+from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..sandbox.safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (or the autograder's source)
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or the autograder's source)
 TMP_SIZE = "256m"  # each private tmpfs (/tmp, /dev/shm, the hidden folders) holds at most this
 HOLD = "/dev/shm/.attn-keep"  # where kept folders wait while the folders above them are hidden
 

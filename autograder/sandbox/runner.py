@@ -3,7 +3,7 @@
 The parent sends plain data, the child answers with plain data (autograder/child/wire.py).
 A call that hangs or kills the child raises StudentTimeout / StudentCrash here; the caller
 decides what that costs, and a new child is started for what comes next. How the child is
-started (a new interpreter, or a fork of the fork server) is autograder.launchers' job.
+started (a new interpreter, or a fork of the fork server) is autograder.sandbox.launchers' job.
 """
 import os
 import secrets
@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..child.policy import Limits, child_memory, plan
+from ..outcomes import StudentCrash, StudentError, StudentTimeout
 from . import namespaces
-from .child.policy import Limits, child_memory, plan
 from .launchers import (
     ForkServer,
     Launched,
@@ -30,7 +31,6 @@ from .launchers import (
     separate_user_possible,
     sweep_notes,
 )
-from .outcomes import StudentCrash, StudentError, StudentTimeout
 from .safe_files import UnusableFile, read_bytes
 
 PACKAGE = "submission"
@@ -159,12 +159,12 @@ class Worker:
     # -- calls ------------------------------------------------------------
     def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Call `module:function` (or `driver:name`) in the child and return its value."""
-        from .child import wire  # imported here, not above: prestart starts the children before numpy loads
+        from ..child import wire  # imported here, not above: prestart starts the children before numpy loads
 
         if self.child is None:
             self.start()
         if not self._vetted:  # before the child imports anything of the submission (it does so lazily)
-            from .stages import SUBMISSION_FILES
+            from ..stages import SUBMISSION_FILES
             from .static_check import vet
 
             vet(self.scratch / PACKAGE, SUBMISSION_FILES)
@@ -241,7 +241,7 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
     if stages is None:
         workers["torch"] = start("torch")
         return workers
-    from .stages import BY_NAME
+    from ..stages import BY_NAME
 
     known = [BY_NAME[n] for n in stages if n in BY_NAME]
     if any(s.torch for s in known):

@@ -4,8 +4,8 @@ KV-cache decode step reads. Computed through the same API as the checks (student
 its child; a picture whose code fails carries the error instead)."""
 import numpy as np
 
-from .article_numbers import K1, Q1, V1, WK2, WQ2, WV2, X
-from .outcomes import StudentAborted, StudentError
+from ..outcomes import StudentAborted, StudentError
+from ..stages.article_numbers import K1, Q1, V1, WK2, WQ2, WV2, X
 
 TOKENS = ["she", "saw", "the", "cat"]
 Q2, K2, V2 = X @ WQ2, X @ WK2, X @ WV2

@@ -4,7 +4,7 @@ Rung 1 names the function and asks the question the mistake answers wrongly; run
 the catalogue's words; rung 3 sends the student to the section to reread. No rung holds code: the
 explanations are prose, and `ladder` drops any rung that would quote a line of the student's stubs.
 """
-from .registry import Mistake
+from ..records import Mistake
 
 QUESTIONS = {  # id prefix -> the question rung 1 asks
     "softmax-": "Which slice of the scores is each softmax taken over, and is it stable for large scores?",

@@ -9,10 +9,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from .child import wire
-from .outcomes import MissingFixture
+from ..child import wire
+from ..outcomes import MissingFixture
 
-FIXTURES = Path(__file__).with_name("fixtures.json")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures.json"  # beside the package, written by the release
 
 
 def key(name: str, args: tuple, kwargs: dict) -> str:

@@ -3,7 +3,7 @@
 When a stage fails, its functions (and those of the stages it calls) are called one by one, in stage
 order, on small fixed inputs whose right answers the reference gives (recorded in the fixtures for the
 student repo, see `prime`); each gets correct inputs, never another student function's output, so the
-first one whose own output is wrong holds the mistake. Its structure is read by autograder.inference
+first one whose own output is wrong holds the mistake. Its structure is read by autograder.feedback.inference
 for a diagnosis, and the pointer is a line inside that function (see `line_in`).
 """
 import ast
@@ -14,11 +14,11 @@ from typing import Callable
 
 import numpy as np
 
+from ..outcomes import StudentAborted, StudentError
+from ..results import Located, StageStatus
+from ..sandbox.safe_files import read_text
+from ..stages import BY_NAME, STAGES
 from . import inference
-from .outcomes import StudentAborted, StudentError
-from .results import Located, StageStatus
-from .safe_files import read_text
-from .stages import BY_NAME, STAGES
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Install a requirements file into this interpreter (the kit's venv), torch from the CPU wheel index on Linux.
 
-    python -m autograder.install requirements-student.txt
+    python -m autograder.sandbox.install requirements-student.txt
 
 On Linux, PyPI's torch is the CUDA build (about 2.3 GiB with its nvidia packages); the CPU wheel is
 under 200 MiB and is all the kit needs. TORCH_INDEX chooses another index (a CUDA build, a mirror);

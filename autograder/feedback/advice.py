@@ -1,9 +1,9 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
-from .results import Results, StageResult
+from ..results import Results, StageResult
+from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 from .sources import def_line, first_stub, rel
-from .stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
 
@@ -38,7 +38,7 @@ def _where(res: Results, stage, first, stub) -> str:
 
 
 def located_here(res: Results, stage: str):
-    """The localised wrong function of `stage` (Results.located, autograder/localise.py), when it is the
+    """The localised wrong function of `stage` (Results.located, autograder/feedback/localise.py), when it is the
     stage's own."""
     loc = res.located.get(stage)
     return loc if loc is not None and loc.stage == stage else None

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..child import policy
+from ..outcomes import ServerGone
 from . import namespaces
-from .child import policy
-from .outcomes import ServerGone
 
-CHILD_DIR = Path(__file__).resolve().parent / "child"  # all of the grader a child can see
+CHILD_DIR = Path(__file__).resolve().parent.parent / "child"  # all of the grader a child can see
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TZ")  # plus OPENBLAS_*/OMP_*/MKL_*: some CPUs need them for correct BLAS
 SANDBOX_UID_BASE = 200000  # uids of sandboxed children (above any real account; no /etc/passwd entry needed)
 

@@ -10,10 +10,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import KIT_VERSION
+from .. import KIT_VERSION
+from ..feedback.sources import SHOWN
+from ..stages import SUBMISSION_FILES as STAGE_FILES
 from .safe_files import MAX_FILE_BYTES, UnusableFile, problem, read_bytes
-from .sources import SHOWN
-from .stages import SUBMISSION_FILES as STAGE_FILES
 
 MAX_UNZIPPED = 5 * 2**20
 SKIPPED_FOLDERS = {"__pycache__", "autograder", "attn_ref", "node_modules", "venv"}  # never the student's work

@@ -5,8 +5,8 @@ import os
 import re
 from pathlib import Path
 
-from .safe_files import read_text
-from .stages import BY_NAME, SUBMISSION_FILES
+from ..sandbox.safe_files import read_text
+from ..stages import BY_NAME, SUBMISSION_FILES
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .compare import check_printed, check_within, variance_stderr
-from .registry import WORKED_RULE, Check
+from ..compare import check_printed, check_within, variance_stderr
+from ..records import WORKED_RULE, Check
 
 A, B = "A", "B"
 

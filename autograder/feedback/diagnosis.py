@@ -6,7 +6,7 @@ cost mistakes, a FLOP or memory measurement shows it).
 """
 import numpy as np
 
-from .outcomes import Fail
+from ..outcomes import Fail
 
 MATCH_RTOL, MATCH_ATOL = 1e-3, 1e-4  # a mistake "matches" at a looser tolerance than a pass (fp32 inputs)
 
