@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from .outcomes import CannotReplay
 from .stages import FUNCTIONS, TARGETS
 
 
@@ -44,6 +45,25 @@ class ReferenceAPI:
         fn = getattr(importlib.import_module(f"attn_ref.{module}"), func)
         setattr(self, name, fn)  # found once
         return fn
+
+
+class ReplayAPI:
+    """The reference standing in for the student, to tell a check's own fault from the student's
+    (grade.check_at_fault): each name with a declared reference answers with it; a name without one
+    (a driver, which runs student code in ways only a child can) raises CannotReplay."""
+
+    def __init__(self, ref) -> None:
+        self.ref = ref
+        self.called: list[str] = []
+
+    def __getattr__(self, name: str):
+        if name not in FUNCTIONS or FUNCTIONS[name].reference is None:
+            raise CannotReplay(name)
+        self.called.append(name)
+        return getattr(self.ref, name)
+
+    def measure(self, name: str, *args, **kwargs):
+        raise CannotReplay(name)
 
 
 class Context:

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except BrokenPipeError:  # issue 23: `make grade | head` closed the pipe: end quietly, as a pager expects
+    except BrokenPipeError:  # `make grade | head` closed the pipe: end quietly, as a pager expects
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's own flush at exit must not fail again
         return 0

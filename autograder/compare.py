@@ -54,7 +54,7 @@ def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL
     except Fail as f:
         found = diagnose(got, expected, mistakes() if callable(mistakes) else mistakes, ignore_nan_in_mistakes)
         arrays = _view(got, expected, atol, rtol)
-        reading = None if found else infer(got, expected)  # issue 23 hook: the structure, in numbers (no id here)
+        reading = None if found else infer(got, expected)  # the structure, in numbers (no id here)
         raise Fail(str(f) + (f"\n(what the numbers show: {reading[1]})" if reading else ""), diagnosis=found,
                    arrays=arrays) from None
 

@@ -6,18 +6,21 @@ stage: its remaining checks are not run). The parent compares every result; the
 children only compute. The record (autograder/results.py) is filled here once,
 localisation and the next step included.
 """
+import os
 import re
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
 
-from .api import Context, ReferenceAPI, StudentAPI
+from . import KIT_VERSION
+from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
 from .feedback import localise
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
-from .outcomes import Fail, MissingFixture, StudentAborted, StudentError, StudentTimeout
+from .outcomes import CannotReplay, Fail, GraderBug, MissingFixture, StudentAborted, StudentError, StudentTimeout
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
 from .sandbox.runner import Worker, protections
@@ -134,9 +137,43 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
-        except Exception as e:  # noqa: BLE001 - an odd return value the check could not read
-            results.append(failed(c, f"could not read your result: {type(e).__name__}: {e}", Failure.UNREADABLE))
+        except Exception as e:
+            if not check_at_fault(c, ctx, e):  # an odd value the student returned, which the check could not read
+                results.append(failed(c, f"could not read your result: {type(e).__name__}: {e}", Failure.UNREADABLE))
+                continue
+            if os.environ.get(STRICT):  # the project's tests: a fault in a check fails loudly
+                raise GraderBug(f"check {c.id} raised {type(e).__name__}: {e}") from e
+            results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
     return results
+
+
+STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
+
+
+def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
+    """True when the check's own code, not the student's answer, raised `error`: the kind of error no
+    returned value can cause (a name or import the check's code lacks), or the same error again when the
+    reference's answers stand in for the student's (api.ReplayAPI). Where the reference cannot stand in
+    (drivers) or answers differently, the student's value stays the likely cause."""
+    if isinstance(error, (NameError, ImportError, SyntaxError)):
+        return True
+    try:
+        with np.errstate(all="ignore"):
+            c.fn(ReplayAPI(ctx.ref), ctx.for_check(c.visibility))
+    except CannotReplay:
+        return False
+    except Exception as again:  # noqa: BLE001 - any failure of the replay is evidence, never a crash
+        return type(again) is type(error) and not isinstance(again, Fail)
+    return False
+
+
+def grader_fault(c: Check, error: Exception) -> str:
+    """What the student reads for a fault in the kit's own check: not their code, nothing lost, what to report."""
+    frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    place = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    return (f"the grader's own check {c.id} failed ({type(error).__name__}: {error}{place}). This is a bug in the "
+            f"kit, not in your code, and it costs you no points. Please report it to your course staff with "
+            f"this line and the kit version ({KIT_VERSION}).")
 
 
 def failed(check: Check, message: str, failure: Failure, **kw) -> CheckResult:
@@ -159,7 +196,7 @@ def _root(stage: str, stages: dict[str, StageResult], reached: set[str] | None =
 
 
 def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Path) -> None:
-    fails = [r for r in sr.checks if not r.passed]
+    fails = [r for r in sr.checks if not r.passed and not r.forgiven]
     if not fails:
         sr.status = StageStatus.PASSED
         return
@@ -218,6 +255,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     found: dict[str, list[CheckResult]] = {}
     drawn: dict = {}
     located: dict = {}
+    bugs: list[GraderBug] = []
 
     def none_run(name: str, why: str, failure: Failure) -> list[CheckResult]:
         return [not_run(c, why, failure) for c in checks_to_run(name, public_only)]
@@ -236,16 +274,18 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
                     return
             for name in names:
                 found[name] = run_stage(api, ctx, name, submission, public_only)
-                if any(not r.passed for r in found[name]):  # issue 23 hook: which function is wrong on its own
+                if any(not r.passed for r in found[name]):  # which function is wrong on its own
                     located.update(localise.located_for(api, ctx, name, submission))
             if pictures and not torch:
                 from .report import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))
+        except GraderBug as e:  # the tests' strict mode: raised again once both children are done
+            bugs.append(e)
         except Exception as e:  # noqa: BLE001 - the grader's own trouble (a dead fork server): say so, per check
             for name in names:
                 if name not in found:
-                    found[name] = none_run(name, f"not run: the grader failed ({e})", Failure.GRADER)
+                    found[name] = none_run(name, f"not run: the grading run broke ({e}); grade again", Failure.HARNESS)
         finally:
             worker.close()
 
@@ -255,10 +295,12 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         t.start()
     for t in threads:
         t.join()
+    if bugs:
+        raise bugs[0]
     done: dict[str, StageResult] = {}
     for s in wanted:
         sr = StageResult(s.name, found[s.name])
-        localise.attach(sr, located.get(s.name), done)  # issue 23 hook: an inferred diagnosis on the first failure
+        localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
     ignored = sorted(p.name for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)

@@ -40,3 +40,16 @@ class MissingFixture(Exception):
 
 class ServerGone(RuntimeError):
     """The batch's fork server died (see launchers.ForkServer.alive)."""
+
+
+class DeclarationError(Exception):
+    """A stage's declaration is inconsistent (stages/validate.py): raised when the stages are imported."""
+
+
+class GraderBug(Exception):
+    """A check's own code raised where the student's code was not to blame (under the project's tests,
+    where such a fault must fail loudly rather than be reported and forgiven)."""
+
+
+class CannotReplay(Exception):
+    """The reference cannot stand in for this student function (a driver has no reference answer)."""

@@ -5,7 +5,7 @@ A stage module (autograder/stages/<name>.py) opens with `STAGE = Stage(name=...,
 registers its checks with `@STAGE.check(points=..., kind=..., visibility=...)`.
 """
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 KINDS = ("worked", "reference", "property")
 VISIBILITIES = ("public", "hidden")
@@ -36,15 +36,32 @@ class Function:
         return [(f"{module}.py", func)]
 
 
+class Edit(NamedTuple):
+    """One textual edit of a solution module: `old` (which must occur once) becomes `new`."""
+
+    file: str
+    old: str
+    new: str
+
+
 @dataclass(frozen=True)
 class Mistake:
-    """A known mistake, named in feedback only when a check's evidence matches it."""
+    """A known mistake, named in feedback only when a check's evidence matches it.
+
+    `evidence` says what recognises it: "mistakes:<function>" (attn_ref.mistakes computes the mistaken
+    output, compared with the student's) or "check:<check>" (that check of the stage reads it off the
+    student's behaviour). `mutant` is the one edit of the solutions that makes it (the tests make it and
+    expect this id). `question` opens its hint ladder; `line` is a pattern for the line that makes it."""
 
     id: str
     explanation: str
     reread: str  # the article section (or docstring) to read again
     where: str = ""  # "file.py:function" to open
     stage: str = ""  # the stage that declares it (filled in when the stages are collected)
+    evidence: str = ""
+    mutant: tuple[Edit, ...] = ()
+    question: str = ""  # rung 1 of its hint ladder (feedback/hint_ladders.py), asked about `where`
+    line: str = ""  # a regular expression for the line inside `where` that makes the wrong value
 
 
 @dataclass
@@ -67,6 +84,21 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """A small fixed call of one student function whose right answer the reference gives, so that fault
+    localisation (feedback/localise.py) can tell which function is wrong on its own."""
+
+    name: str  # the api name called
+    file: str
+    function: str
+    args: tuple
+    expected: Callable  # ref -> the right answer
+    judge: Callable  # (got, want, ref) -> None when right, else (diagnosis id or None, evidence)
+    stage: str = ""  # filled in when the stages are collected
+    prime: Callable | None = None  # ref -> None: asks the reference the further answers `judge` needs
+
+
+@dataclass(frozen=True)
 class Stage:
     """Everything about one stage, in one place: see autograder/stages/__init__.py."""
 
@@ -83,6 +115,8 @@ class Stage:
     hints: tuple[str, ...] = ()  # `make hint`'s ladder, from a nudge to a near-answer
     mistakes: tuple[Mistake, ...] = ()  # its catalogue of known mistakes
     worked_points: float = 0.0  # points of each article number checked in this stage (article_numbers.py)
+    probes: tuple[Probe, ...] = ()  # what localisation calls, in order (feedback/localise.py)
+    module: str = ""  # the stage module that declares it (filled in when the stages are collected)
     checks: list[Check] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = "", rule: str = ""):

@@ -29,7 +29,8 @@ class Failure(StrEnum):
     NO_FIXTURE = "no_fixture"  # the student repo has no recorded answer: the check needs the autograder
     UNREADABLE = "unreadable"  # the result came back in a form the check could not read
     NO_TORCH = "no_torch"  # torch could not be loaded in the child
-    GRADER = "grader_error"  # the grader's own trouble (a dead fork server)
+    HARNESS = "harness_error"  # the grading run itself broke (a dead fork server): run the grade again
+    GRADER = "grader_error"  # the check's own code raised: the kit's bug, which costs the student nothing
 
     @property
     def aborted(self) -> bool:
@@ -97,8 +98,13 @@ class CheckResult:
         return [m.id for m in mistakes_of(self.diagnosis)]
 
     @property
+    def forgiven(self) -> bool:
+        """The kit's own check failed (Failure.GRADER): counted as passed, shown as the kit's bug."""
+        return self.failure == Failure.GRADER
+
+    @property
     def score(self) -> float:
-        return self.check.points if self.passed else 0.0
+        return self.check.points if self.passed or self.forgiven else 0.0
 
     @property
     def not_implemented(self) -> bool:

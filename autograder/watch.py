@@ -10,22 +10,10 @@ import sys
 import threading
 from pathlib import Path
 
-from .stages import STAGES
+from .stages import DEPENDANTS, STAGES
 
 CLEAR = "\033[2J\033[H"
 HOME, ERASE = "\033[H", "\033[J"  # back to the top (the screen is redrawn over itself), and clear what is left below
-
-
-def dependents(stage: str) -> set[str]:
-    """The stage and every stage that calls it, directly or not."""
-    out, changed = {stage}, True
-    while changed:
-        changed = False
-        for s in STAGES:
-            if s.name not in out and out & set(s.calls):
-                out.add(s.name)
-                changed = True
-    return out
 
 
 def affected_stages(changed: set[str]) -> list[str]:
@@ -33,7 +21,7 @@ def affected_stages(changed: set[str]) -> list[str]:
     hit: set[str] = set()
     for s in STAGES:
         if changed & set(s.files):
-            hit |= dependents(s.name)
+            hit |= set(DEPENDANTS[s.name])
     return [s.name for s in STAGES if s.name in hit]
 
 
@@ -126,7 +114,7 @@ class Session:
 
 
 def ends_with_terminal() -> None:
-    """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does (issue 23)."""
+    """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does."""
     def stop(signum, frame):
         raise KeyboardInterrupt
 
@@ -181,7 +169,7 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
                 try:
                     changed = events.get(timeout=0.1)
                 except queue.Empty:
-                    if os.getppid() != parent:  # issue 23: the parent (make, the shell) is gone: so is the terminal
+                    if os.getppid() != parent:  # the parent (make, the shell) is gone: so is the terminal
                         raise KeyboardInterrupt from None
                     continue
                 while not events.empty():

@@ -1,4 +1,5 @@
 """Shared fixtures: graded copies of the solutions, and submissions that make one change to them."""
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -7,6 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# under the tests a fault in a check's own code fails loudly (grade.STRICT); children and builds inherit it
+os.environ["ATTN_GRADER_STRICT"] = "1"
 
 from autograder.grade import grade  # noqa: E402
 

@@ -8,7 +8,7 @@ from conftest import grade, variant
 from autograder.feedback.advice import diagnosis_text
 from autograder.feedback.inference import INFERRED_IDS
 from autograder.report.terminal import terminal
-from autograder.stages import CATALOGUE
+from autograder.stages import CATALOGUE, STAGES
 
 SM_EXP = "    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n"
 SM_RAISE = "    if np.any(np.isneginf(top)):\n"
@@ -21,92 +21,19 @@ FUSED_IS_CAUSAL = ("    if T_q == T_k:\n"
                    "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n")
 APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
 
-NUMPY = ["softmax", "dot_products", "projections", "scaling", "masking"]
+NUMPY = [s.name for s in STAGES if not s.torch and not s.bonus]
 
-MUTANTS = {
-    "softmax-unstable": ({"softmax.py": [(SM_EXP, "    e = np.exp(scores)\n")]}, ["softmax"]),
-    "softmax-wrong-axis": ({"softmax.py": [("    scores = np.asarray(scores)\n",
-                                            "    scores = np.asarray(scores)\n    axis = 0\n")]}, ["softmax"]),
-    "softmax-no-exp": ({"softmax.py": [(SM_EXP, "    e = scores\n")]}, ["softmax"]),
-    "softmax-fully-masked-silent": ({"softmax.py": [(SM_RAISE, "    if False:\n")]}, ["softmax"]),
-    "scale-missing": ({"scaling.py": [(SCALE, "    return q @ np.swapaxes(k, -1, -2)")]}, ["scaling", "masking"]),
-    "scale-by-dk": ({"scaling.py": [(SCALE, "    return (q @ np.swapaxes(k, -1, -2)) / d_k")]}, ["scaling", "masking"]),
-    "scale-wrong-dim": ({"scaling.py": [("    d_k = q.shape[-1]\n", "    d_k = k.shape[-2]\n")]}, ["scaling", "masking"]),
-    "mask-zero-not-neginf": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
-                                              "return np.where(allowed, scores, 0.0)")]}, ["masking"]),
-    "mask-after-softmax": ({"masking.py": [(
-        "    if allowed is not None:\n        scores = apply_mask(scores, allowed)\n"
-        "    weights = softmax(scores, axis=-1)  # [..., n_q, n_k]\n",
-        "    weights = softmax(scores, axis=-1)\n    if allowed is not None:\n        weights = weights * allowed\n")]},
-        ["masking"]),
-    "mask-future-visible": ({"masking.py": [(MASK, "    return j >= i + (n_k - n_q)")]}, ["masking"]),
-    "mask-excludes-self": ({"masking.py": [(MASK, "    return j < i + (n_k - n_q)")]}, ["masking"]),
-    "mask-top-left": ({"masking.py": [(MASK, "    return j <= i")]}, ["masking"]),
-    "mask-inverted": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
-                                       "return np.where(allowed, -np.inf, scores)")]}, ["masking"]),
-    "linear-attention": ({"masking.py": [(
-        "    return weights @ v, weights  #",
-        "    return q @ (np.swapaxes(k, -1, -2) @ v) / np.sqrt(q.shape[-1]), weights  #")]}, ["masking"]),
-    "qk-swapped": ({"projections.py": [("q = x @ w_q", "q = x @ w_k"), ("k = x @ w_k", "k = x @ w_q")]},
-                   ["projections"]),
-    "heads-wrong-split": ({"heads.py": [(SPLIT, "    return x.reshape(*lead, n_heads, n, d_head)")]}, ["heads"]),
-    "heads-no-merge-transpose": ({"heads.py": [("    x = np.swapaxes(x, -3, -2)  # [..., n, n_heads, d_head]\n", "")]},
-                                 ["heads"]),
-    "heads-no-output-projection": ({"heads.py": [("return merge_heads(out) @ w_o", "return merge_heads(out)")]},
-                                   ["heads"]),
-    "heads-scale-dmodel": ({"module.py": [(ATTEND_SCALE,
-                                           "scores = q @ k.transpose(-2, -1) / (k.shape[-1] * self.n_heads) ** 0.5")]},
-                           ["heads"]),
-    "cache-top-left-causal": ({"module.py": [(".tril(diagonal=T_k - T)", ".tril(diagonal=0)")]}, ["kv_cache"]),
-    "cache-missing-new-token": ({"module.py": [(APPEND, (
-        "            k_new, v_new = k, v\n"
-        "            k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]\n"
-        "            cache.append(k_new, v_new)\n"))]}, ["kv_cache"]),
-    "cache-quadratic-step": ({"module.py": [
-        (APPEND, APPEND + "            q = torch.cat([q.new_zeros(q.shape[0], self.n_heads, k.shape[-2] - q.shape[-2], "
-                          "q.shape[-1]), q], -2)\n"),
-        ("y = self.attend(q, k, v)  #", "y = self.attend(q, k, v)[..., -x.shape[1]:, :]  #")]}, ["kv_cache"]),
-    "fused-materialized-mask": ({"fused.py": [(FUSED_IS_CAUSAL, "")]}, ["fused"]),
-    "fused-dropout-in-eval": ({"fused.py": [("p = dropout_p if training else 0.0", "p = dropout_p")]}, ["fused"]),
-    "fused-top-left": ({"fused.py": [(FUSED_IS_CAUSAL,
-                                      "    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n")]},
-                       ["fused"]),
-    "fused-float-mask": ({"fused.py": [("    allowed = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device)",
-                                        "    allowed = torch.ones(T_q, T_k, device=q.device)")]}, ["fused"]),
-    "fused-layout": ({"fused.py": [("    T_q, T_k = q.shape[-2], k.shape[-2]\n",
-                                    "    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, T, H, D]\n"
-                                    "    T_q, T_k = q.shape[-2], k.shape[-2]\n"),
-                                   ("        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)\n",
-                                    "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p).transpose(1, 2)\n")]},
-                     ["fused"]),
-    "fused-not-fused": ({"fused.py": [("    T_q, T_k = q.shape[-2], k.shape[-2]\n", (
-        "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
-        "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-        "    if causal:\n"
-        "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
-        "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
-        "    w = scores.softmax(-1)\n"
-        "    if training and dropout_p:\n"
-        "        w = F.dropout(w, dropout_p)\n"
-        "    return w @ v\n"))]}, ["fused"]),
-    # bonus stages
-    "tiled-no-rescale": ({"tiled.py": [("alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe))",
-                                        "alpha = np.ones_like(m)")]}, ["tiled"]),
-    "tiled-rescale-sum-only": ({"tiled.py": [("acc = alpha[:, None] * acc + p @ v[j0:j1]", "acc = acc + p @ v[j0:j1]")]},
-                               ["tiled"]),
-    "tiled-masked-row-nan": ({"tiled.py": [("        if np.any(l == 0):\n", "        if False:\n")]}, ["tiled"]),
-    "backward-diagonal-softmax": ({"backward.py": [("ds = p * (dp - np.sum(dp * p, axis=1, keepdims=True))",
-                                                    "ds = p * dp")]}, ["backward"]),
-    "backward-missing-scale": ({"backward.py": [("dq = ds @ k / np.sqrt(d_k)", "dq = ds @ k")]}, ["backward"]),
-    "dropout-not-inverted": ({"dropout.py": [("np.where(keep, weights / (1.0 - p), 0.0)", "np.where(keep, weights, 0.0)")]},
-                             ["dropout"]),
-    "dropout-in-eval": ({"dropout.py": [("if not training or p == 0.0:", "if p == 0.0:")]}, ["dropout"]),
-    "dropout-keep-p": ({"dropout.py": [("keep = rng.random(weights.shape) >= p", "keep = rng.random(weights.shape) < p")]},
-                       ["dropout"]),
-    "costs-kv-missing-factor-2": ({"costs.py": [("return 2 * batch * n_layers", "return batch * n_layers")]}, ["costs"]),
-    "costs-scores-not-squared": ({"costs.py": [("return n_tokens * n_tokens * n_heads", "return n_tokens * n_heads")]},
-                                 ["costs"]),
-}
+
+def edits_of(mistake) -> dict[str, list[tuple[str, str]]]:
+    """A declared mutant (Mistake.mutant) as conftest.variant's edits: {file: [(old, new), ...]}."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for e in mistake.mutant:
+        out.setdefault(e.file, []).append((e.old, e.new))
+    return out
+
+
+# every catalogued mistake's one-edit mutant, from the stage declarations: {id: (edits, [its stage])}
+MUTANTS = {m.id: (edits_of(m), [m.stage]) for m in CATALOGUE.values() if m.mutant}
 
 
 def test_every_catalogue_id_has_a_mutant():

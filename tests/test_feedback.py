@@ -24,7 +24,7 @@ def test_a_module_failure_points_at_module_py(tmp_path):
     sub = variant(tmp_path, {"module.py": [("q, k, v = self.qkv(x).split(C, dim=-1)", "k, q, v = self.qkv(x).split(C, dim=-1)")]})
     res = grade(sub, stages=["heads"])
     step = res.next_step
-    line = int(re.search(r"module\.py:(\d+)", step).group(1))  # issue 23: a line inside the wrong function
+    line = int(re.search(r"module\.py:(\d+)", step).group(1))  # a line inside the wrong function
     first, last = span_of(sub / "module.py", "CausalSelfAttention")
     assert first <= line <= last, step
 
@@ -34,7 +34,7 @@ def test_a_named_mask_mistake_points_at_the_mask_not_at_the_raise(tmp_path):
     res = grade(sub, stages=["softmax", "scaling", "masking"])
     step = res.next_step
     assert "mask-excludes-self" in step
-    line = int(re.search(r"masking\.py:(\d+)", step).group(1))  # issue 23: a line inside causal_mask
+    line = int(re.search(r"masking\.py:(\d+)", step).group(1))  # a line inside causal_mask
     first, last = span_of(sub / "masking.py", "causal_mask")
     assert "in causal_mask," in step and first <= line <= last, step
 

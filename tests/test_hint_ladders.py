@@ -1,4 +1,4 @@
-"""Hints follow the diagnosis (issue 23): each diagnosis has its own ladder, a second mistake in a stage
+"""Hints follow the diagnosis: each diagnosis has its own ladder, a second mistake in a stage
 starts at its own first rung, and no rung gives the answer line away."""
 from conftest import SOLUTIONS, grade, variant
 from test_diagnosis import MUTANTS

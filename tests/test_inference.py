@@ -1,4 +1,4 @@
-"""Diagnosis by inference and fault localisation (issue 23).
+"""Diagnosis by inference and fault localisation.
 
 Each inferred diagnosis is shown on a submission that makes the mistake in a way the catalogue does not
 hold (a copy of the solutions with one edit); correct code gets none. Each pointer rule is checked for
@@ -127,12 +127,12 @@ def test_missing_projection_is_read_off_the_output():
     """The module's output times out.weight^T's inverse is the merged heads: inferred-no-output-projection (the
     catalogue already holds the module that leaves `out` out, so the reading is shown on the arrays)."""
     from attn_ref import api as ref
-    from autograder.feedback import localise as L
+    from autograder.feedback import probes as L
 
     want = ref.module_forward(L.XB, L.WQKV, L.WOUT, 2)
     merged = np.asarray(want, dtype=np.float64) @ np.linalg.inv(L.WOUT.T.astype(np.float64))
-    assert L._module(merged, want, ref)[0] == "inferred-no-output-projection"
-    assert L._module(want, want, ref) is None
+    assert L.module_output(merged, want, ref)[0] == "inferred-no-output-projection"
+    assert L.module_output(want, want, ref) is None
 
 
 def test_shifted_mask_says_what_it_allows(tmp_path):

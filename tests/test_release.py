@@ -36,7 +36,7 @@ def test_release_has_no_solutions_nor_reference_and_runs_hidden_checks_as_twins(
              "print(sorted({c.visibility for c in run}), sum(c.points for c in run if c.twin))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=student_repo, capture_output=True, text=True, check=True)
     hidden = sum(c.points for c in CHECKS if c.visibility == "hidden")
-    assert out.stdout.split() == ["['public']", str(float(hidden))]  # twins keep their points (issue 23)
+    assert out.stdout.split() == ["['public']", str(float(hidden))]  # twins keep their points
 
 
 def test_release_contains_no_solution_text(student_repo):
@@ -69,7 +69,7 @@ TWIN_POINTS = f"{sum(c.points for c in CHECKS if c.visibility == 'hidden'):g}"  
 
 
 def test_untouched_release_grades_zero(student_repo):
-    """Twins keep their points locally (issue 23): the total is out of the core points, the twins' share named."""
+    """Twins keep their points locally: the total is out of the core points, the twins' share named."""
     out = _grade(student_repo)
     assert f"0/{CORE_POINTS:g}" in out and "not started" in out, out
     assert f"({TWIN_POINTS} of these points are twins:" in out and "the autograder runs on inputs you have not seen" \

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, copy_repo
 
+from autograder.stages import STAGES
+
 GRADER = ROOT / "autograder"
-PARTS = ("stages", "child", "instructor", "report")
+PARTS = ("stages", "child", "feedback", "sandbox", "report", "instructor")
 
 
 def modules(folder: Path, package: str) -> list[str]:
@@ -90,6 +92,14 @@ def test_stage_checks_do_not_reach_into_the_sandbox():
         assert not names & {"autograder.sandbox.runner", "autograder.sandbox.launchers", "autograder.grade"}, (path.name, names)
 
 
+def test_the_top_level_holds_only_entry_points_and_the_core():
+    """At most 8 modules beside the parts' folders (the package's __init__ and __main__ aside)."""
+    top = sorted(p.stem for p in GRADER.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(top) <= 8, top
+    folders = {p.name for p in GRADER.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(PARTS), folders
+
+
 def test_parts_are_folders_with_a_docstring():
     for part in PARTS:
         init = GRADER / part / "__init__.py"
@@ -105,19 +115,29 @@ def test_attn_ref_and_solutions_stay_independent():
 
 
 # ---------------------------------------------------------------------------------------- toy --
-TOY_STAGE = '''"""A toy stage, added by the structure test: doubling an array."""
+# Two stages numbered after every declared one: a bonus stage, then a core stage numbered after it (the
+# reports, the next step and the totals still treat it as core). Each is three files: its stage module
+# (with a mistake, its evidence and mutant, and a probe), its solution and its reference.
+TOY_N = max(s.number for s in STAGES) + 1
+CORE_N = TOY_N + 1
+TOY_STAGE = f'''"""A toy stage, added by the structure test: doubling an array."""
 import numpy as np
 
 from ..compare import check_close
-from ..registry import Function, Mistake, Stage
+from ..feedback.probes import same_array
+from ..records import Edit, Function, Mistake, Probe, Stage
 
+X = np.arange(6.0).reshape(2, 3)
 STAGE = Stage(
-    name="toy", number=13, points=2, files=("toy.py",), bonus=True,
+    name="toy", number={TOY_N}, points=2, files=("toy.py",), bonus=True,
     functions=(Function(name="double", target="toy:double", reference="toy:double"),),
     intro="Double every entry.",
     hints=("Multiply by two.", "x * 2 keeps the shape."),
     mistakes=(Mistake(id="toy-triple", where="toy.py:double", explanation="the entries are tripled",
-                      reread="the docstring of toy.py"),),
+                      reread="the docstring of toy.py", evidence="check:doubles_public",
+                      mutant=(Edit("toy.py", "* 2", "* 3"),)),),
+    probes=(Probe(name="double", file="toy.py", function="double", args=(X,), expected=lambda r: r.double(X),
+                  judge=same_array()),),
 )
 
 
@@ -125,14 +145,14 @@ STAGE = Stage(
 def doubles_public(api, ctx):
     """doubles a fixed array"""
     x = np.arange(6.0).reshape(2, 3)
-    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={"toy-triple": 3 * x})
+    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={{"toy-triple": 3 * x}})
 
 
 @STAGE.check(points=1, kind="reference")
 def doubles_hidden(api, ctx):
     """doubles random arrays"""
     x = ctx.rng("toy").standard_normal((4, 5))
-    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={"toy-triple": 3 * x})
+    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={{"toy-triple": 3 * x}})
 '''
 TOY_SOLUTION = '''"""Toy stage: double every entry of x (any shape)."""
 import numpy as np
@@ -152,27 +172,38 @@ def double(x):
     return np.multiply(x, 2.0)
 '''
 
-# a core stage numbered after the bonus ones: the reports, the next step and the totals still treat it as core
-TOY_CORE_STAGE = '''"""A toy core stage, added by the structure test: halving an array."""
+TOY_CORE_STAGE = f'''"""A toy core stage, added by the structure test: halving an array."""
 import numpy as np
 
-from ..compare import check_close
-from ..registry import Function, Stage
+from ..compare import check_close, check_printed
+from ..feedback.probes import same_array
+from ..records import WORKED_RULE, Edit, Function, Mistake, Probe, Stage
 
+X = np.arange(4.0)
 STAGE = Stage(
-    name="toy_core", number=14, points=3, files=("toy_core.py",),
+    name="toy_core", number={CORE_N}, points=3, files=("toy_core.py",),
     reread="the docstring of toy_core.py",
     functions=(Function(name="halve", target="toy_core:halve", reference="toy_core:halve"),),
     intro="Halve every entry.",
     hints=("Divide by two.",),
+    mistakes=(Mistake(id="toy-core-double", where="toy_core.py:halve", explanation="the entries are doubled",
+                      reread="the docstring of toy_core.py", evidence="check:halves",
+                      mutant=(Edit("toy_core.py", "/ 2", "* 2"),)),),
+    probes=(Probe(name="halve", file="toy_core.py", function="halve", args=(X,), expected=lambda r: r.halve(X),
+                  judge=same_array()),),
 )
 
 
-@STAGE.check(points=3, kind="reference", visibility="public")
+@STAGE.check(points=1, kind="worked", visibility="public", cite="the docstring of toy_core.py", rule=WORKED_RULE)
+def halves_one(api, ctx):
+    """half of 1 is 0.5, as printed"""
+    check_printed(api.halve(np.array([1.0])), np.array([0.5]), 1, "halve([1])")
+
+
+@STAGE.check(points=2, kind="reference", visibility="public")
 def halves(api, ctx):
     """halves a fixed array"""
-    x = np.arange(4.0)
-    check_close(api.halve(x), ctx.ref.halve(x), "halve(x)")
+    check_close(api.halve(X), ctx.ref.halve(X), "halve(x)", mistakes={{"toy-core-double": 2 * X}})
 '''
 TOY_CORE_SOLUTION = '''"""Toy core stage: halve every entry of x (any shape)."""
 import numpy as np
@@ -224,7 +255,7 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     assert 'raise NotImplementedError("toy: write this part of double")' in stub and "np.asarray(x) * 2" not in stub
 
     out = _make(kit, "grade", "SUBMISSION=solutions", "STAGE=toy")
-    assert "13  toy" in out and "2/2  passed" in out
+    assert f"{TOY_N}  toy" in out and "2/2  passed" in out
     out = _make(kit, "grade", "STAGE=toy")
     assert "not started" in out and "exercises/toy.py:" in out
     mutant = kit / "mutant"
@@ -233,9 +264,9 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     out = _make(kit, "grade", "SUBMISSION=mutant", "STAGE=toy")
     assert "Diagnosis toy-triple: the entries are tripled" in out
     for rung in (1, 2, 3):  # its own ladder first (autograder/feedback/hint_ladders.py), then the stage's
-        assert (f"Hint {rung}/3 for stage 13 (toy), about the mistake your last run named, toy-triple"
+        assert (f"Hint {rung}/3 for stage {TOY_N} (toy), about the mistake your last run named, toy-triple"
                 in _make(kit, "hint", "STAGE=toy"))
-    assert "Hint 1/2 for stage 13 (toy)" in _make(kit, "hint", "STAGE=toy")
+    assert f"Hint 1/2 for stage {TOY_N} (toy)" in _make(kit, "hint", "STAGE=toy")
 
     _make(kit, "release")
     student = kit / "dist" / "student"
@@ -243,7 +274,7 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     shutil.copy2(kit / "solutions" / "toy.py", student / "exercises" / "toy.py")
     p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "toy"], cwd=student,
                        capture_output=True, text=True, timeout=300)
-    # the hidden check runs as its twin and keeps its points (issue 23), marked as a twin in the total
+    # the hidden check runs as its twin and keeps its points, marked as a twin in the total
     assert p.returncode == 0 and "2/2  passed" in p.stdout and "(2/2 checks)" in p.stdout, p.stdout + p.stderr
     assert "1 of these points are twins" in p.stdout, p.stdout
 
@@ -258,7 +289,7 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     nb, ot = _in_kit(kit, "from autograder.instructor.notebooks import build_notebook, otter_master\n"
                           "nb, ot = build_notebook(), otter_master()\n"
                           "out = [[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]")
-    assert any(s.startswith("## Stage 13: toy\n\nDouble every entry.") for s in nb)
+    assert any(s.startswith(f"## Stage {TOY_N}: toy\n\nDouble every entry.") for s in nb)
     assert any(s.startswith("%%writefile submission/toy.py") for s in nb)
     assert any("check_passed('toy', 'doubles_hidden')" in s for s in ot)
 
@@ -284,23 +315,23 @@ def test_the_toy_stages_reach_totals_tables_and_the_next_step(toy_kit):
     kit, ours = toy_kit, _declared(ROOT)
     found = _declared(kit)
     assert (found["core"], found["bonus"]) == (ours["core"] + 3, ours["bonus"] + 2)
-    assert "| 14 | toy_core | `toy_core.py` | 3 | the docstring of toy_core.py |" in found["readme"]
-    assert "| 13 | toy (bonus) | `toy.py` | 2 |" in found["readme"]
+    assert f"| {CORE_N} | toy_core | `toy_core.py` | 3 | the docstring of toy_core.py |" in found["readme"]
+    assert f"| {TOY_N} | toy (bonus) | `toy.py` | 2 |" in found["readme"]
     assert f"from the {found['core']} core points" in found["readme"]
     _make(kit, "readme")
     readme = (kit / "README.md").read_text()
     assert found["readme"] in readme and ours["readme"] not in readme
     _make(kit, "release")
     student = (kit / "dist" / "student" / "README.md").read_text()
-    assert "| 14 | toy_core | `toy_core.py` | 3 |" in student and "| 13 | toy (bonus) | `toy.py` | 2 |" in student
+    assert f"| {CORE_N} | toy_core | `toy_core.py` | 3 |" in student and f"| {TOY_N} | toy (bonus) | `toy.py` | 2 |" in student
     assert found["totals"] in student and f"make {found['core']} points" in student
 
     _make(kit, "exercises")
     out = _make(kit, "grade", "SUBMISSION=solutions")
     assert f"total {found['core']:g}/{found['core']:g}" in " ".join(out.split())
-    assert out.index("14  toy_core") < out.index("bonus stages") < out.index("13  toy")
+    assert out.index(f"{CORE_N}  toy_core") < out.index("bonus stages") < out.index(f"{TOY_N}  toy")
     unstarted = kit / "unstarted"
     shutil.copytree(kit / "solutions", unstarted)
     shutil.copy2(kit / "exercises" / "toy_core.py", unstarted / "toy_core.py")
     out = _make(kit, "grade", "SUBMISSION=unstarted")
-    assert "Next step: start stage 14 (toy_core): open unstarted/toy_core.py:" in out, out
+    assert f"Next step: start stage {CORE_N} (toy_core): open unstarted/toy_core.py:" in out, out

@@ -4,14 +4,26 @@ import time
 
 from conftest import EXERCISES, SOLUTIONS, Watching
 
+from autograder.stages import CORE, STAGES
 from autograder.watch import affected_stages
+
+FIRST, SECOND = STAGES[0], STAGES[1]  # the first two stages, whatever they are
 
 
 def test_affected_stages_follow_the_calls():
-    assert affected_stages({"projections.py"}) == ["projections", "heads", "kv_cache", "fused", "costs"]
-    assert affected_stages({"tiled.py"}) == ["tiled"]
-    assert affected_stages({"softmax.py"})[:3] == ["softmax", "dot_products", "masking"]
-    assert "fused" in affected_stages({"module.py"}) and "softmax" not in affected_stages({"module.py"})
+    """A saved file re-grades the stages written in it and every stage that calls one of those, directly or
+    not (read off each declaration's `calls`), and nothing else."""
+    for s in STAGES:
+        for file in s.files:
+            hit = {st.name for st in STAGES if file in st.files}
+            grew = True
+            while grew:  # every stage that calls one already hit
+                new = {d.name for d in STAGES if set(d.calls) & hit} - hit
+                hit |= new
+                grew = bool(new)
+            got = affected_stages({file})
+            assert got == [d.name for d in STAGES if d.name in hit], (file, got)
+            assert s.name in got
 
 
 def test_watch_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
@@ -19,14 +31,15 @@ def test_watch_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
     shutil.copytree(EXERCISES, sub)
     w = Watching(sub, "--interval", "0.1")
     try:
-        assert w.wait_for("Next step: start stage 1 (softmax)")
+        assert w.wait_for(f"Next step: start stage {FIRST.number} ({FIRST.name})")
         w.clear()
         time.sleep(0.2)
         t0 = time.monotonic()
-        shutil.copy2(SOLUTIONS / "softmax.py", sub / "softmax.py")
-        assert w.wait_for("stage 1 softmax: passed")
+        for f in FIRST.files:
+            shutil.copy2(SOLUTIONS / f, sub / f)
+        assert w.wait_for(f"stage {FIRST.number} {FIRST.name}: passed")
         numpy_feedback = time.monotonic() - t0
-        assert "1/8 core stages pass" in w.text
+        assert f"1/{len(CORE)} core stages pass" in w.text
         assert numpy_feedback < 10  # generous: the figure itself is in `make bench`, not asserted here
     finally:
         code = w.stop()
@@ -64,25 +77,26 @@ def test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade(tmp_path):
 def test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one(tmp_path):
     sub = tmp_path / "exercises"
     shutil.copytree(SOLUTIONS, sub)
-    good = (SOLUTIONS / "scores.py").read_text()
+    file = SECOND.files[0]
+    good = (SOLUTIONS / file).read_text()
     hang = good.replace("import numpy as np\n", "import numpy as np\nimport time\ntime.sleep(60)\n", 1)
     w = Watching(sub, "--timeout", "30")
     try:
-        assert w.wait_for("stage 2 dot_products: passed") and w.wait_for("Next step: every stage passes")
+        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed") and w.wait_for("Next step: every stage passes")
         time.sleep(0.5)
         w.clear()
         for _ in range(3):  # an editor writing a file several times in a row
-            (sub / "scores.py").write_text(good)
-        assert w.wait_for("stage 2 dot_products: passed")
+            (sub / file).write_text(good)
+        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed")
         time.sleep(1.5)
         assert w.text.count("\033[2J") == 1, "three writes in a burst were graded once"
 
         w.clear()
-        (sub / "scores.py").write_text(hang)  # its grade waits on the sleep (up to the 30 s limit)...
+        (sub / file).write_text(hang)  # its grade waits on the sleep (up to the 30 s limit)...
         time.sleep(1.0)
         t0 = time.monotonic()
-        (sub / "scores.py").write_text(good)  # ...and this save cancels it
-        assert w.wait_for("stage 2 dot_products: passed", timeout=20)
+        (sub / file).write_text(good)  # ...and this save cancels it
+        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed", timeout=20)
         assert time.monotonic() - t0 < 15, "the new save did not wait for the old grade's time limit"
     finally:
         w.stop()

@@ -1,4 +1,4 @@
-"""Watch and grade agree (issue 23): statuses and blocked-by over separate runs, an 80-column screen, the end
+"""Watch and grade agree: statuses and blocked-by over separate runs, an 80-column screen, the end
 with the terminal (SIGHUP), and `make grade | head` ending quietly."""
 import signal
 import subprocess

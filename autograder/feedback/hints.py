@@ -72,7 +72,7 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         state = {}
-    # issue 23: each diagnosis has its own ladder (autograder/feedback/hint_ladders.py); a new one starts at its first rung
+    # each diagnosis has its own ladder (autograder/feedback/hint_ladders.py); a new one starts at its first rung
     rungs = state.setdefault("diagnosis_rungs", {})
     named = [d for d in load_grade_state(submission)["diagnoses"].get(stage, [])
              if d in CATALOGUE and rungs.get(d, 0) < len(ladder_of(CATALOGUE[d]))]

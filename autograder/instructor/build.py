@@ -49,7 +49,7 @@ def record_fixtures() -> dict:
                     public_only=True, pictures=True)
         from ..feedback.localise import prime
 
-        prime(Recorder(ReferenceAPI(), "ref", store))  # issue 23: the localisation probes' answers
+        prime(Recorder(ReferenceAPI(), "ref", store))  # the localisation probes' answers
     finally:
         compare.EAGER_MISTAKES = False
     if res.score != res.max_score:

@@ -35,7 +35,7 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
                      "  (apart from the core points)")
     twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
-    if twins:  # issue 23: twins count here as the autograder counts them, marked as such
+    if twins:  # twins count here as the autograder counts them, marked as such
         failing = [r for r in twins if not r.passed]
         lines.append(f"      ({_num(sum(r.check.points for r in twins))} of these points are twins: {len(twins)} checks "
                      "the autograder runs on inputs you have not seen, run here on fixed inputs and counted as it "
@@ -47,6 +47,10 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.extend(f"  {stage}: {note}" for stage, note in notes)
     for sr in res.stages.values():
         lines.extend(failure_lines(sr, res, verbose, c))
+    faults = [r for sr in res.stages.values() for r in sr.checks if r.forgiven]
+    if faults:
+        lines += ["", c("1", "The kit's own checks failed (not your code; counted as passed):")]
+        lines.extend(f"  ! {r.message}" for r in faults)
     if res.ignored_files:
         lines += ["", f"Ignored (not stage modules, never run): {', '.join(res.ignored_files)}. Only the stage "
                   "modules are graded; put helpers inside them."]
@@ -71,7 +75,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain) -> tuple[list[str]
         out.append(f"  {c('1', 'Diagnosis ' + m.id)}: {m.explanation}. Reread {m.reread}.")
     shown = 0
     for r in sorted(sr.checks, key=lambda r: r.diagnosis is None):
-        if r.passed:
+        if r.passed or r.forgiven:
             continue
         if r.not_run and not verbose and shown:
             continue
@@ -81,7 +85,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain) -> tuple[list[str]
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
         out.extend(f"      {line}" for line in r.message.splitlines())
         if shown >= 4 and not verbose:
-            return out, sum(not x.passed for x in sr.checks) - shown
+            return out, sum(not x.passed and not x.forgiven for x in sr.checks) - shown
     return out, 0
 
 

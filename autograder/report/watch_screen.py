@@ -32,7 +32,7 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
     return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + step] + off)
 
 
-WIDTH = 80  # issue 23: a line longer than the terminal wraps, and the redraw over the old screen then overlaps
+WIDTH = 80  # a line longer than the terminal wraps, and the redraw over the old screen then overlaps
 
 
 def fit(line: str, width: int = WIDTH) -> str:

@@ -1,5 +1,6 @@
 """The stages: one module per stage, each opening with its declaration (`STAGE = Stage(...)`)
-followed by its checks. Everything else is collected here from those declarations.
+followed by its checks. Everything else is collected here from those declarations, and the
+declarations are validated here, when the package is imported (validate.py says what is checked).
 
 Stage order is the declared `number`; a module in this folder that declares a STAGE is a stage,
 so adding a stage means adding its module here, its solution module and its reference function.
@@ -10,6 +11,7 @@ import importlib
 import pkgutil
 
 from ..records import Check, Function, Mistake, Stage
+from .validate import check_declarations
 
 
 def _discover() -> list[Stage]:
@@ -18,10 +20,11 @@ def _discover() -> list[Stage]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         stage = getattr(module, "STAGE", None)
         if isinstance(stage, Stage):
+            object.__setattr__(stage, "module", module.__name__)
             found.append(stage)
     found.sort(key=lambda s: s.number)
-    numbers = [s.number for s in found]
-    assert len(set(numbers)) == len(numbers), f"two stages share a number: {numbers}"
+    for s in found:  # each probe knows its stage
+        object.__setattr__(s, "probes", tuple(dataclasses.replace(p, stage=s.name) for p in s.probes))
     return found
 
 
@@ -35,6 +38,7 @@ STAGES: list[Stage] = _discover()
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 for _s in STAGES:
     _s.checks[:0] = _worked_checks(_s)  # the articles' numbers lead each stage
+check_declarations(STAGES)
 CHECKS: list[Check] = [c for s in STAGES for c in s.checks]
 CORE: list[Stage] = [s for s in STAGES if not s.bonus]
 BONUS: list[Stage] = [s for s in STAGES if s.bonus]
@@ -46,12 +50,28 @@ FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
-# issue 23 hook: the inferred diagnoses (autograder/feedback/inference.py) join the catalogue, so every place that names a
+# the inferred diagnoses (autograder/feedback/inference.py) join the catalogue, so every place that names a
 # mistake by id (explanations, reread sections, "Diagnosis <id>: ...") treats them alike; they belong to no stage
 from ..feedback.inference import INFERRED  # noqa: E402
 
 CATALOGUE.update({m.id: m for m in INFERRED})
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
+
+
+def _reach(name: str) -> set[str]:
+    out, todo = set(), [name]
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.add(s)
+            todo.extend(BY_NAME[s].calls)
+    return out
+
+
+# derived from `calls`: the stage with every stage it calls, directly or not; and every stage that calls it
+# (what a change to its files can affect). Both in stage order, the stage itself included.
+USES: dict[str, list[str]] = {s.name: [d.name for d in STAGES if d.name in _reach(s.name)] for s in STAGES}
+DEPENDANTS: dict[str, list[str]] = {s.name: [d.name for d in STAGES if s.name in USES[d.name]] for s in STAGES}
 SUBMISSION_FILES: list[str] = sorted({f for s in STAGES for f in s.files})
 
 
@@ -72,7 +92,7 @@ def checks_to_run(stage: str, public_only: bool) -> list[Check]:
     """The checks of `stage`, in order. Where the reference is absent (the student repo, public_only),
     each hidden check runs as its public twin: the same check on the seed-0 inputs, answered from the
     recorded fixtures; so every kind of mistake shows locally, while the autograder re-checks the same
-    things on inputs the student never saw. A twin keeps its points (issue 23): the local total counts
+    things on inputs the student never saw. A twin keeps its points: the local total counts
     it as the autograder would, so a stage that fails never shows full points; reports mark it a twin."""
     out = []
     for c in BY_NAME[stage].checks:

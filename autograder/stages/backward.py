@@ -3,7 +3,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
@@ -25,10 +25,22 @@ STAGE = Stage(
         Mistake(id="backward-diagonal-softmax", where="backward.py:attention_backward",
                 explanation="the softmax Jacobian was applied as if it were diagonal (dS = P * dP); every weight "
                             "depends on every score of its row, so subtract rowsum(dP * P) first",
-                reread="the docstring of backward.py"),
+                reread="the docstring of backward.py",
+                evidence='mistakes:backward_variants',
+                mutant=(
+                    Edit('backward.py',
+                         'ds = p * (dp - np.sum(dp * p, axis=1, keepdims=True))',
+                         'ds = p * dp'),
+                )),
         Mistake(id="backward-missing-scale", where="backward.py:attention_backward",
                 explanation="dq or dk lacks the 1/sqrt(d_k) that the forward pass applied to the scores",
-                reread="Article A, 'Why divide by the square root?'"),
+                reread="Article A, 'Why divide by the square root?'",
+                evidence='mistakes:backward_variants',
+                mutant=(
+                    Edit('backward.py',
+                         'dq = ds @ k / np.sqrt(d_k)',
+                         'dq = ds @ k'),
+                )),
     ),
 )
 

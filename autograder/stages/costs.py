@@ -2,7 +2,7 @@
 
 
 from ..feedback.diagnosis import diagnosed
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults
 
 STAGE = Stage(
@@ -22,10 +22,22 @@ STAGE = Stage(
     mistakes=(
         Mistake(id="costs-kv-missing-factor-2", where="costs.py:kv_cache_floats",
                 explanation="the cache holds a key and a value per token and head: the factor 2 is missing",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                evidence='mistakes:costs_variants',
+                mutant=(
+                    Edit('costs.py',
+                         'return 2 * batch * n_layers',
+                         'return batch * n_layers'),
+                )),
         Mistake(id="costs-scores-not-squared", where="costs.py:score_count",
                 explanation="every query scores every key: n x n scores per head, not n",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                evidence='check:costs_reference',
+                mutant=(
+                    Edit('costs.py',
+                         'return n_tokens * n_tokens * n_heads',
+                         'return n_tokens * n_heads'),
+                )),
     ),
 )
 

@@ -2,8 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..feedback.probes import X32, same_array
 from ..outcomes import Fail
-from ..records import Function, Stage
+from ..records import Function, Probe, Stage
 from .common import randn, require_nontrivial, shape_str
 
 STAGE = Stage(
@@ -20,6 +21,12 @@ STAGE = Stage(
         "B, 'Simple self-attention'.",
         "One matrix product of x with its own transpose gives every pair. Then each row of weights (your softmax, "
         "along the last axis) mixes the rows of x.",
+    ),
+    probes=(
+        Probe(name="dot_scores", file="scores.py", function="dot_scores", args=(X32,),
+              expected=lambda r: r.dot_scores(X32), judge=same_array()),
+        Probe(name="simple_self_attention", file="scores.py", function="simple_self_attention", args=(X32,),
+              expected=lambda r: r.simple_self_attention(X32), judge=same_array()),
     ),
 )
 

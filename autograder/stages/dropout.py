@@ -4,7 +4,7 @@ import numpy as np
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..records import Function, Mistake, Stage
+from ..records import Edit, Function, Mistake, Stage
 
 STAGE = Stage(
     name="dropout", number=11, points=5, files=("dropout.py",), calls=(),
@@ -24,13 +24,31 @@ STAGE = Stage(
         Mistake(id="dropout-not-inverted", where="dropout.py:attention_dropout",
                 explanation="the surviving weights are not divided by 1 - p, so dropout shrinks the expected "
                             "output",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                evidence='check:dropout_survivors_rescaled',
+                mutant=(
+                    Edit('dropout.py',
+                         'np.where(keep, weights / (1.0 - p), 0.0)',
+                         'np.where(keep, weights, 0.0)'),
+                )),
         Mistake(id="dropout-in-eval", where="dropout.py:attention_dropout",
                 explanation="weights are dropped when not training; dropout is off at inference",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                evidence='check:dropout_identity_in_eval',
+                mutant=(
+                    Edit('dropout.py',
+                         'if not training or p == 0.0:',
+                         'if p == 0.0:'),
+                )),
         Mistake(id="dropout-keep-p", where="dropout.py:attention_dropout",
                 explanation="weights are kept with probability p instead of dropped with it",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                evidence='check:dropout_kept_fraction',
+                mutant=(
+                    Edit('dropout.py',
+                         'keep = rng.random(weights.shape) >= p',
+                         'keep = rng.random(weights.shape) < p'),
+                )),
     ),
 )
 

@@ -4,7 +4,7 @@ import numpy as np
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
@@ -31,25 +31,81 @@ STAGE = Stage(
         Mistake(id="fused-materialized-mask", where="fused.py:fused_attention",
                 explanation="an explicit T x T mask is built where is_causal=True would do: O(T^2) memory, and no "
                             "flash kernel on CUDA",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:one_sdpa_call',
+                mutant=(
+                    Edit('fused.py',
+                             '    if T_q == T_k:\n'
+                             '        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n',
+                         ''),
+                )),
         Mistake(id="fused-dropout-in-eval", where="fused.py:fused_attention",
                 explanation="dropout is applied when not training; pass dropout_p only when training=True",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:no_dropout_in_eval',
+                mutant=(
+                    Edit('fused.py',
+                         'p = dropout_p if training else 0.0',
+                         'p = dropout_p'),
+                )),
         Mistake(id="fused-top-left", where="fused.py:fused_attention",
                 explanation="is_causal=True is used with T_q != T_k, where SDPA aligns the mask top-left; build "
                             "the bottom-right mask in that case",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:bottom_right_when_lengths_differ',
+                mutant=(
+                    Edit('fused.py',
+                             '    if T_q == T_k:\n'
+                             '        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n',
+                         '    return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)\n'),
+                )),
         Mistake(id="fused-not-fused", where="fused.py:fused_attention",
                 explanation="attention is computed by hand instead of one F.scaled_dot_product_attention call",
-                reread="Article B, 'Code that matches the hand numbers'"),
+                reread="Article B, 'Code that matches the hand numbers'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:one_sdpa_call',
+                mutant=(
+                    Edit('fused.py',
+                         '    T_q, T_k = q.shape[-2], k.shape[-2]\n',
+                             '    T_q, T_k = q.shape[-2], k.shape[-2]\n'
+                             '    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n'
+                             '    if causal:\n'
+                             '        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n'
+                             "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+                             '    w = scores.softmax(-1)\n'
+                             '    if training and dropout_p:\n'
+                             '        w = F.dropout(w, dropout_p)\n'
+                             '    return w @ v\n'),
+                )),
         Mistake(id="fused-float-mask", where="fused.py:fused_attention",
                 explanation="the mask passed to SDPA is a float tensor of 0s and 1s: SDPA adds a float mask to the "
                             "scores, so it hides nothing; pass a boolean mask (True = may attend)",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:_evidence',
+                mutant=(
+                    Edit('fused.py',
+                         '    allowed = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device)',
+                         '    allowed = torch.ones(T_q, T_k, device=q.device)'),
+                )),
         Mistake(id="fused-layout", where="fused.py:fused_attention",
                 explanation="q, k, v reach SDPA as [B, T, H, D]; it attends over the second-to-last axis, so it "
                             "wants [B, H, T, D]",
-                reread="Article B, 'Multi-head attention'"),
+                reread="Article B, 'Multi-head attention'",
+                question='What does the fused call receive, and what does it build itself?',
+                evidence='check:_evidence',
+                mutant=(
+                    Edit('fused.py',
+                         '    T_q, T_k = q.shape[-2], k.shape[-2]\n',
+                             '    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, T, H, D]\n'
+                             '    T_q, T_k = q.shape[-2], k.shape[-2]\n'),
+                    Edit('fused.py',
+                         '        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)\n',
+                         '        return F.scaled_dot_product_attention(q, k, v, dropout_p=p).transpose(1, 2)\n'),
+                )),
     ),
 )
 

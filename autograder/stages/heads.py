@@ -2,8 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..feedback.probes import WK, WO, WOUT, WQ, WQKV, WV, X56, X58, XB, module_output, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
@@ -34,18 +35,62 @@ STAGE = Stage(
         Mistake(id="heads-wrong-split", where="heads.py:split_heads",
                 explanation="the heads are split by a plain reshape to [n_heads, n, d_head], which mixes "
                             "positions and features; reshape to [n, n_heads, d_head], then swap the two axes",
-                reread="Article B, 'Code that matches the hand numbers'"),
+                reread="Article B, 'Code that matches the hand numbers'",
+                question="Follow one head's columns through the reshapes: which positions and features end up together?",
+                line='reshape|swapaxes|transpose',
+                evidence='check:split_heads_reference',
+                mutant=(
+                    Edit('heads.py',
+                             '    x = x.reshape(*lead, n, n_heads, d_head)  # [..., n, n_heads, d_head]\n'
+                             '    return np.swapaxes(x, -3, -2)  # [..., n_heads, n, d_head]',
+                         '    return x.reshape(*lead, n_heads, n, d_head)'),
+                )),
         Mistake(id="heads-no-merge-transpose", where="heads.py:merge_heads",
                 explanation="the heads are merged without moving the head axis back next to the features, so "
                             "positions get mixed; swap the axes back before reshaping",
-                reread="Article B, 'Code that matches the hand numbers'"),
+                reread="Article B, 'Code that matches the hand numbers'",
+                question="Follow one head's columns through the reshapes: which positions and features end up together?",
+                line='reshape|swapaxes|transpose',
+                evidence='check:merge_heads_inverse',
+                mutant=(
+                    Edit('heads.py',
+                         '    x = np.swapaxes(x, -3, -2)  # [..., n, n_heads, d_head]\n',
+                         ''),
+                )),
         Mistake(id="heads-no-output-projection", where="heads.py:multi_head_attention",
                 explanation="the concatenated heads are returned without the output projection W_O",
-                reread="Article B, 'Multi-head attention'"),
+                reread="Article B, 'Multi-head attention'",
+                question="Follow one head's columns through the reshapes: which positions and features end up together?",
+                line='reshape|swapaxes|transpose',
+                evidence='mistakes:mha_variants',
+                mutant=(
+                    Edit('heads.py',
+                         'return merge_heads(out) @ w_o',
+                         'return merge_heads(out)'),
+                )),
         Mistake(id="heads-scale-dmodel", where="module.py:attend",
                 explanation="each head's scores are divided by sqrt(d_model); a head's queries and keys have "
                             "d_head features, so divide by sqrt(d_head)",
-                reread="Article B, 'Multi-head attention'"),
+                reread="Article B, 'Multi-head attention'",
+                question="Follow one head's columns through the reshapes: which positions and features end up together?",
+                line='reshape|swapaxes|transpose',
+                evidence='mistakes:mha_variants',
+                mutant=(
+                    Edit('module.py',
+                         'scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5',
+                         'scores = q @ k.transpose(-2, -1) / (k.shape[-1] * self.n_heads) ** 0.5'),
+                )),
+    ),
+    probes=(
+        Probe(name="split_heads", file="heads.py", function="split_heads", args=(X56, 2),
+              expected=lambda r: r.split_heads(X56, 2), judge=same_array()),
+        Probe(name="merge_heads", file="heads.py", function="merge_heads", args=(np.swapaxes(X56.reshape(5, 2, 3), 0,
+              1),), expected=lambda r: r.merge_heads(np.swapaxes(X56.reshape(5, 2, 3), 0, 1)), judge=same_array()),
+        Probe(name="multi_head_attention", file="heads.py", function="multi_head_attention", args=(X58, WQ, WK, WV, WO,
+              2), expected=lambda r: r.multi_head_attention(X58, WQ, WK, WV, WO, 2), judge=same_array({"d_k": 4,
+              "n_heads": 2, "n_q": 5, "n_k": 5})),
+        Probe(name="module_forward", file="module.py", function="forward", args=(XB, WQKV, WOUT, 2),
+              expected=lambda r: r.module_forward(XB, WQKV, WOUT, 2), judge=module_output),
     ),
 )
 

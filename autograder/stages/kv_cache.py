@@ -3,8 +3,9 @@ import numpy as np
 
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
+from ..feedback.probes import WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
@@ -33,15 +34,51 @@ STAGE = Stage(
         Mistake(id="cache-top-left-causal", where="module.py:attend",
                 explanation="the causal mask of a decode step is aligned top-left, so the new token sees only the "
                             "first key(s) (what SDPA's is_causal does when T_q != T_k); align it bottom-right",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                evidence='mistakes:decode_variants',
+                mutant=(
+                    Edit('module.py',
+                         '.tril(diagonal=T_k - T)',
+                         '.tril(diagonal=0)'),
+                )),
         Mistake(id="cache-missing-new-token", where="module.py:forward",
                 explanation="the new tokens attend to the cache before their own keys and values are appended, so "
                             "a token never sees itself; append first",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                evidence='mistakes:decode_variants',
+                mutant=(
+                    Edit('module.py',
+                         '            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n',
+                             '            k_new, v_new = k, v\n'
+                             '            k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]\n'
+                             '            cache.append(k_new, v_new)\n'),
+                )),
         Mistake(id="cache-quadratic-step", where="module.py:forward",
                 explanation="the output is right but one decode step does work that grows with the square of the "
                             "cache length; compute only the new rows of scores",
-                reread="Article B, 'What it costs as the sequence grows'"),
+                reread="Article B, 'What it costs as the sequence grows'",
+                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                evidence='check:decode_step_cost_linear',
+                mutant=(
+                    Edit('module.py',
+                         '            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n',
+                             '            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T'
+                             ' included\n'
+                             '            q = torch.cat([q.new_zeros(q.shape[0], self.n_heads, k.shape[-2] -'
+                             ' q.shape[-2], q.shape[-1]), q], -2)\n'),
+                    Edit('module.py',
+                         'y = self.attend(q, k, v)  #',
+                         'y = self.attend(q, k, v)[..., -x.shape[1]:, :]  #'),
+                )),
+    ),
+    probes=(
+        Probe(name="kv_cache_probe", file="kv_cache.py", function="append", args=(1, 2, 8, 4, [3, 1, 2]),
+              expected=lambda r: None, judge=cache_lengths),
+        Probe(name="module_decode", file="module.py", function="forward", args=(XB, WQKV, WOUT, 2, [3, 1, 2]),
+              expected=lambda r: r.module_forward(XB, WQKV, WOUT, 2), judge=decode_output,
+              prime=decode_prime),
     ),
 )
 
@@ -95,7 +132,7 @@ def append_past_max_len_raises(api, ctx):
                    "append must leave the cache as it was")
 
 
-def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
+def decode_output(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
     rng = ctx.rng(tag)
     T = sum(chunks)
     x = randn(rng, B, T, C, dtype=dtype)
@@ -111,22 +148,22 @@ def _decode(api, ctx, tag, chunks, dtype=np.float32, B=2, C=8, H=2):
               rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_token_by_token(api, ctx):
     """decoding one token at a time equals the full forward on every position"""
-    _decode(api, ctx, "decode-1", [1] * 7)
+    decode_output(api, ctx, "decode-1", [1] * 7)
 
 
 @STAGE.check(points=2.5, kind="property", visibility="hidden",
               rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_in_chunks(api, ctx):
     """a prompt chunk then smaller chunks (bottom-right causal alignment) equals the full forward"""
-    _decode(api, ctx, "decode-chunks", [4, 1, 3, 2])
-    _decode(api, ctx, "decode-chunks-b", [2, 5], B=1, C=12, H=3)
+    decode_output(api, ctx, "decode-chunks", [4, 1, 3, 2])
+    decode_output(api, ctx, "decode-chunks-b", [2, 5], B=1, C=12, H=3)
 
 
 @STAGE.check(points=1, kind="property", visibility="hidden",
               rule="Fed in pieces, token by token or in chunks, the outputs equal the full forward's.")
 def decode_float64(api, ctx):
     """decoding in float64 (a float64 cache) matches the reference tightly"""
-    _decode(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
+    decode_output(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",

@@ -3,8 +3,9 @@ import numpy as np
 
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
+from ..feedback.probes import CAUSAL36, K64, Q34, S36, V62, same_mask, same_masked, same_pair
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 STAGE = Stage(
@@ -29,35 +30,104 @@ STAGE = Stage(
         Mistake(id="mask-zero-not-neginf", where="masking.py:apply_mask",
                 explanation="forbidden scores are set to 0, and exp(0) = 1 still gives them weight; set them to "
                             "-inf",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='check:apply_mask_reference',
+                mutant=(
+                    Edit('masking.py',
+                         'return np.where(allowed, scores, -np.inf)',
+                         'return np.where(allowed, scores, 0.0)'),
+                )),
         Mistake(id="mask-after-softmax", where="masking.py:attention",
                 explanation="weights are zeroed after softmax, so the rows no longer sum to 1; mask the scores "
                             "before softmax",
-                reread="Article A, 'Hide forbidden positions before softmax'"),
+                reread="Article A, 'Hide forbidden positions before softmax'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='mistakes:attention_variants',
+                mutant=(
+                    Edit('masking.py',
+                             '    if allowed is not None:\n'
+                             '        scores = apply_mask(scores, allowed)\n'
+                             '    weights = softmax(scores, axis=-1)  # [..., n_q, n_k]\n',
+                             '    weights = softmax(scores, axis=-1)\n'
+                             '    if allowed is not None:\n'
+                             '        weights = weights * allowed\n'),
+                )),
         Mistake(id="mask-future-visible", where="masking.py:causal_mask",
                 explanation="the mask lets queries see later positions (upper triangle); token i may only see "
                             "keys j <= i",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='mistakes:mask_variants',
+                mutant=(
+                    Edit('masking.py',
+                         '    return j <= i + (n_k - n_q)  # [n_q, n_k]',
+                         '    return j >= i + (n_k - n_q)'),
+                )),
         Mistake(id="mask-excludes-self", where="masking.py:causal_mask",
                 explanation="the mask hides each token from itself; the diagonal is allowed (j <= i, not j < i)",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='mistakes:mask_variants',
+                mutant=(
+                    Edit('masking.py',
+                         '    return j <= i + (n_k - n_q)  # [n_q, n_k]',
+                         '    return j < i + (n_k - n_q)'),
+                )),
         Mistake(id="mask-top-left", where="masking.py:causal_mask",
                 explanation="with fewer queries than keys the mask is aligned top-left; the queries are the last "
                             "n_q positions, so query i sees keys j <= n_k - n_q + i",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='mistakes:mask_variants',
+                mutant=(
+                    Edit('masking.py',
+                         '    return j <= i + (n_k - n_q)  # [n_q, n_k]',
+                         '    return j <= i'),
+                )),
         Mistake(id="mask-inverted", where="masking.py:apply_mask",
                 explanation="the mask is read the wrong way round: True means the key may be attended to, so -inf "
                             "goes where `allowed` is False",
-                reread="Article B, 'Causal attention'"),
+                reread="Article B, 'Causal attention'",
+                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+                line='<=|>=|<|>|tril|triu|where',
+                evidence='check:apply_mask_reference',
+                mutant=(
+                    Edit('masking.py',
+                         'return np.where(allowed, scores, -np.inf)',
+                         'return np.where(allowed, -np.inf, scores)'),
+                )),
         Mistake(id="linear-attention", where="masking.py:attention",
                 explanation="softmax is missing: the output is (q k^T) v, a different mechanism, not a weighted "
                             "average",
-                reread="Article A, 'A transparent reference implementation'"),
+                reread="Article A, 'A transparent reference implementation'",
+                question='Where do the weights become a weighted average?',
+                evidence='mistakes:attention_variants',
+                mutant=(
+                    Edit('masking.py',
+                         '    return weights @ v, weights  #',
+                         '    return q @ (np.swapaxes(k, -1, -2) @ v) / np.sqrt(q.shape[-1]), weights  #'),
+                )),
+    ),
+    probes=(
+        Probe(name="causal_mask", file="masking.py", function="causal_mask", args=(4,),
+              expected=lambda r: r.causal_mask(4), judge=same_mask),
+        Probe(name="causal_mask", file="masking.py", function="causal_mask", args=(3, 6),
+              expected=lambda r: r.causal_mask(3, 6), judge=same_mask),
+        Probe(name="apply_mask", file="masking.py", function="apply_mask", args=(S36, CAUSAL36),
+              expected=lambda r: r.apply_mask(S36, CAUSAL36), judge=same_masked),
+        Probe(name="attention", file="masking.py", function="attention", args=(Q34, K64, V62, CAUSAL36),
+              expected=lambda r: r.attention(Q34, K64, V62, CAUSAL36), judge=same_pair({"d_k": 4, "n_q": 3, "n_k": 6})),
     ),
 )
 
 
-def _pair(got, what: str):
+def same_pair(got, what: str):
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Fail(f"{what} should return (out, weights); got {type(got).__name__}")
     return got
@@ -65,7 +135,7 @@ def _pair(got, what: str):
 
 def _attention_case(api, ctx, q, k, v, allowed, inputs: str) -> None:
     """Output first, then weights, each against the reference and the known mistakes."""
-    out, w = _pair(api.attention(q, k, v, allowed), "attention")
+    out, w = same_pair(api.attention(q, k, v, allowed), "attention")
     ref_out, ref_w = ctx.ref.attention(q, k, v, allowed)
     def variants(part: int):
         return lambda: {m: [p[part] for p in pairs] for m, pairs in ctx.mistakes.attention_variants(q, k, v, allowed).items()}
@@ -162,7 +232,7 @@ def masked_weights_exactly_zero(api, ctx):
     rng = ctx.rng("attn-zero")
     q, k, v = randn(rng, 5, 3), randn(rng, 5, 3), randn(rng, 5, 3)
     allowed = ctx.ref.causal_mask(5)
-    _, w = _pair(api.attention(q, k, v, allowed), "attention")
+    _, w = same_pair(api.attention(q, k, v, allowed), "attention")
     w = np.asarray(w, dtype=float)
     if w.shape != (5, 5):
         raise Fail(f"weights have shape {w.shape}, expected (5, 5)")
@@ -177,7 +247,7 @@ def weights_sum_to_one(api, ctx):
     """every query's weights sum to 1, masked or not"""
     rng = ctx.rng("attn-sum")
     q, k, v = randn(rng, 4, 3), randn(rng, 6, 3), randn(rng, 6, 2)
-    _, w = _pair(api.attention(q, k, v, ctx.ref.causal_mask(4, 6)), "attention")
+    _, w = same_pair(api.attention(q, k, v, ctx.ref.causal_mask(4, 6)), "attention")
     sums = np.asarray(w, dtype=float).sum(-1)
     if not np.allclose(sums, 1.0, atol=1e-6):
         raise Fail(f"row sums of the weights are {np.round(sums, 4).tolist()}, expected all 1")
@@ -190,10 +260,10 @@ def future_does_not_leak(api, ctx):
     rng = ctx.rng("attn-future")
     q, k, v = randn(rng, 6, 4), randn(rng, 6, 4), randn(rng, 6, 3)
     allowed = np.asarray(api.causal_mask(6))
-    out, _ = _pair(api.attention(q, k, v, allowed), "attention")
+    out, _ = same_pair(api.attention(q, k, v, allowed), "attention")
     k2, v2 = k.copy(), v.copy()
     k2[4:], v2[4:] = randn(rng, 2, 4), randn(rng, 2, 3)
-    out2, _ = _pair(api.attention(q, k2, v2, allowed), "attention")
+    out2, _ = same_pair(api.attention(q, k2, v2, allowed), "attention")
     require_nontrivial(np.asarray(out)[4:], np.asarray(out2)[4:], "attention on tokens 4-5")
     check_close(np.asarray(out2)[:4], np.asarray(out)[:4],
                 "outputs of tokens 0-3 after changing the keys/values of tokens 4-5 (they must not move)")

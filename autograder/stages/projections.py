@@ -2,8 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..feedback.probes import W1, W2, W3, X54, same_triple
 from ..outcomes import Fail
-from ..records import Function, Mistake, Stage
+from ..records import Edit, Function, Mistake, Probe, Stage
 from .common import randn, shape_str
 
 STAGE = Stage(
@@ -23,7 +24,20 @@ STAGE = Stage(
     mistakes=(
         Mistake(id="qk-swapped", where="projections.py:project_qkv",
                 explanation="queries and keys are swapped: q must come from W_Q and k from W_K",
-                reread="Article B, 'Trainable attention'"),
+                reread="Article B, 'Trainable attention'",
+                evidence='check:_compare',
+                mutant=(
+                    Edit('projections.py',
+                         'q = x @ w_q',
+                         'q = x @ w_k'),
+                    Edit('projections.py',
+                         'k = x @ w_k',
+                         'k = x @ w_q'),
+                )),
+    ),
+    probes=(
+        Probe(name="project_qkv", file="projections.py", function="project_qkv", args=(X54, W1, W2, W3),
+              expected=lambda r: r.project_qkv(X54, W1, W2, W3), judge=same_triple),
     ),
 )
 

@@ -2,8 +2,9 @@
 import numpy as np
 
 from ..compare import check_close, variance_stderr
+from ..feedback.probes import K54, Q34, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(
@@ -27,15 +28,43 @@ STAGE = Stage(
         Mistake(id="scale-missing", where="scaling.py:scaled_scores",
                 explanation="the scores are not divided by sqrt(d_k), so their spread grows with d_k and softmax "
                             "saturates",
-                reread="Article A, 'Why divide by the square root?'"),
+                reread="Article A, 'Why divide by the square root?'",
+                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
+                line='sqrt|\\*\\*|/',
+                evidence='mistakes:scaling_variants',
+                mutant=(
+                    Edit('scaling.py',
+                         '    return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)',
+                         '    return q @ np.swapaxes(k, -1, -2)'),
+                )),
         Mistake(id="scale-by-dk", where="scaling.py:scaled_scores",
                 explanation="the scores are divided by d_k instead of sqrt(d_k), which shrinks them too much as "
                             "d_k grows",
-                reread="Article B, 'Scores, now with a divide'"),
+                reread="Article B, 'Scores, now with a divide'",
+                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
+                line='sqrt|\\*\\*|/',
+                evidence='mistakes:scaling_variants',
+                mutant=(
+                    Edit('scaling.py',
+                         '    return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)',
+                         '    return (q @ np.swapaxes(k, -1, -2)) / d_k'),
+                )),
         Mistake(id="scale-wrong-dim", where="scaling.py:scaled_scores",
                 explanation="the square root is taken of the wrong size (a sequence length or d_v); it must be "
                             "d_k, the width of a query or key",
-                reread="Article A, 'Why divide by the square root?'"),
+                reread="Article A, 'Why divide by the square root?'",
+                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
+                line='sqrt|\\*\\*|/',
+                evidence='mistakes:scaling_variants',
+                mutant=(
+                    Edit('scaling.py',
+                         '    d_k = q.shape[-1]\n',
+                         '    d_k = k.shape[-2]\n'),
+                )),
+    ),
+    probes=(
+        Probe(name="scaled_scores", file="scaling.py", function="scaled_scores", args=(Q34, K54),
+              expected=lambda r: r.scaled_scores(Q34, K54), judge=same_array({"d_k": 4, "n_q": 3, "n_k": 5})),
     ),
 )
 

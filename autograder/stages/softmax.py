@@ -5,8 +5,9 @@ import numpy as np
 
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
+from ..feedback.probes import S34, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
@@ -30,19 +31,55 @@ STAGE = Stage(
         Mistake(id="softmax-unstable", where="softmax.py:softmax",
                 explanation="exp() of the raw scores overflows for large scores; subtract each slice's maximum "
                             "first (it cancels in the ratio)",
-                reread="Article A, 'How the scores become shares'"),
+                reread="Article A, 'How the scores become shares'",
+                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
+                line='exp|sum',
+                evidence='check:large_scores_stable',
+                mutant=(
+                    Edit('softmax.py',
+                         '    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n',
+                         '    e = np.exp(scores)\n'),
+                )),
         Mistake(id="softmax-wrong-axis", where="softmax.py:softmax",
                 explanation="the weights are normalised along the wrong axis; each query's weights over the keys "
                             "(the `axis` argument) must sum to 1",
-                reread="Article A, 'How the scores become shares'"),
+                reread="Article A, 'How the scores become shares'",
+                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
+                line='exp|sum',
+                evidence='check:reference_fp64',
+                mutant=(
+                    Edit('softmax.py',
+                         '    scores = np.asarray(scores)\n',
+                         '    scores = np.asarray(scores)\n    axis = 0\n'),
+                )),
         Mistake(id="softmax-no-exp", where="softmax.py:softmax",
                 explanation="the scores are divided by their sum without exponentiating, which allows negative "
                             "weights and keeps them proportional to the raw scores",
-                reread="Article B, 'Simple self-attention'"),
+                reread="Article B, 'Simple self-attention'",
+                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
+                line='exp|sum',
+                evidence='check:reference_fp64',
+                mutant=(
+                    Edit('softmax.py',
+                         '    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n',
+                         '    e = scores\n'),
+                )),
         Mistake(id="softmax-fully-masked-silent", where="softmax.py:softmax",
                 explanation="a slice that is entirely -inf came back as NaN or zeros; there is nothing to "
                             "normalise, so raise ValueError",
-                reread="Article A, 'Hide forbidden positions before softmax'"),
+                reread="Article A, 'Hide forbidden positions before softmax'",
+                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
+                line='exp|sum',
+                evidence='check:all_neginf_raises',
+                mutant=(
+                    Edit('softmax.py',
+                         '    if np.any(np.isneginf(top)):\n',
+                         '    if False:\n'),
+                )),
+    ),
+    probes=(
+        Probe(name="softmax", file="softmax.py", function="softmax", args=(S34,), expected=lambda r: r.softmax(S34),
+              judge=same_array({"weights": True})),
     ),
 )
 

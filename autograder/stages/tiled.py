@@ -4,7 +4,7 @@ import numpy as np
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Function, Mistake, Stage
+from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import RAISED, expect_defaults, expect_value_error, randn, shape_str
 
 STAGE = Stage(
@@ -29,15 +29,33 @@ STAGE = Stage(
         Mistake(id="tiled-no-rescale", where="tiled.py:tiled_attention",
                 explanation="when a block raises a row's running maximum, the running sum and the accumulator "
                             "must both be multiplied by exp(m_old - m_new); neither was",
-                reread="the docstring of tiled.py"),
+                reread="the docstring of tiled.py",
+                evidence='mistakes:tiled_variants',
+                mutant=(
+                    Edit('tiled.py',
+                         'alpha = np.exp(np.where(np.isneginf(m), -np.inf, m - safe))',
+                         'alpha = np.ones_like(m)'),
+                )),
         Mistake(id="tiled-rescale-sum-only", where="tiled.py:tiled_attention",
                 explanation="the running sum is rescaled when the maximum grows but the output accumulator is "
                             "not; both carry the old maximum",
-                reread="the docstring of tiled.py"),
+                reread="the docstring of tiled.py",
+                evidence='mistakes:tiled_variants',
+                mutant=(
+                    Edit('tiled.py',
+                         'acc = alpha[:, None] * acc + p @ v[j0:j1]',
+                         'acc = acc + p @ v[j0:j1]'),
+                )),
         Mistake(id="tiled-masked-row-nan", where="tiled.py:tiled_attention",
                 explanation="a row with no allowed key came back NaN (exp(-inf - -inf)); raise ValueError as "
                             "softmax does",
-                reread="Article A, 'Hide forbidden positions before softmax'"),
+                reread="Article A, 'Hide forbidden positions before softmax'",
+                evidence='check:tiled_row_without_keys_raises',
+                mutant=(
+                    Edit('tiled.py',
+                         '        if np.any(l == 0):\n',
+                         '        if False:\n'),
+                )),
     ),
 )
 

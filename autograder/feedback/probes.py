@@ -1,0 +1,126 @@
+"""The inputs and judges of fault localisation's probes (records.Probe), which each stage declares.
+
+Every probe calls one student function on small fixed inputs drawn here; its judge compares the answer
+with the reference's and, when they differ, asks inference (feedback/inference.py) what the difference
+shows. A leaf beside the stages: it imports no stage, so the stage modules can use it.
+"""
+from typing import Callable
+
+import numpy as np
+
+from . import inference
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(23)
+
+
+_R = _rng()
+S34 = _R.normal(size=(3, 4)) * 2
+X32 = _R.normal(size=(3, 2))
+X54, W1, W2, W3 = _R.normal(size=(5, 4)), _R.normal(size=(4, 3)), _R.normal(size=(4, 3)), _R.normal(size=(4, 2))
+Q34, K54 = _R.normal(size=(3, 4)), _R.normal(size=(5, 4))
+K64, V62, S36 = _R.normal(size=(6, 4)), _R.normal(size=(6, 2)), _R.normal(size=(3, 6))
+X56, X58 = _R.normal(size=(5, 6)), _R.normal(size=(5, 8))
+WQ, WK, WV, WO = (_R.normal(size=(8, 8)) / 3 for _ in range(4))
+XB = _R.normal(size=(1, 6, 8)).astype(np.float32)
+WQKV, WOUT = (_R.normal(size=(24, 8)) / 3).astype(np.float32), (_R.normal(size=(8, 8)) / 3).astype(np.float32)
+CAUSAL36 = np.tril(np.ones((3, 6), dtype=bool), 3)
+
+
+def differs(got, want, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    try:
+        g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    except (TypeError, ValueError):
+        return True
+    if g.shape != w.shape:
+        return True
+    with np.errstate(invalid="ignore"):
+        ok = (np.abs(g - w) <= atol + rtol * np.abs(w)) | ((g == w) & np.isinf(w))
+    return not bool(np.all(ok))
+
+
+def shape_note(got, want) -> str:
+    g, w = np.shape(got), np.shape(want)
+    return f"shape {tuple(g)}, expected {tuple(w)}" if g != w else "values differ"
+
+
+def same_array(facts: dict | None = None) -> Callable:
+    def judge(got, want, ref):
+        if not differs(got, want):
+            return None
+        found = inference.infer(got, want, facts)
+        return found or (None, shape_note(got, want))
+    return judge
+
+
+def same_mask(got, want, ref):
+    g = np.asarray(got)
+    if g.shape == np.shape(want) and g.dtype == bool and np.array_equal(g, want):
+        return None
+    return inference.mask_pattern(g, np.asarray(want)) or (None, shape_note(got, want))
+
+
+def same_masked(got, want, ref):
+    g = np.asarray(got, dtype=np.float64)
+    if g.shape == np.shape(want):
+        g = np.where(np.isinf(want) & (g <= -1e9), -np.inf, g)
+    return None if not differs(g, want) else (None, shape_note(got, want))
+
+
+def same_pair(facts: dict) -> Callable:
+    def judge(got, want, ref):
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return None, f"returned {type(got).__name__}, expected (out, weights)"
+        w_found = same_array({**facts, "weights": True})(got[1], want[1], ref)
+        if w_found and w_found[0]:
+            return w_found
+        return same_array(facts)(got[0], want[0], ref) or w_found
+    return judge
+
+
+def same_triple(got, want, ref):
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return None, f"returned {type(got).__name__}, expected (q, k, v)"
+    for part, g, w in zip("qkv", got, want):
+        if differs(g, w):
+            return None, f"{part} {shape_note(g, w)}"
+    return None
+
+
+def module_output(got, want, ref):
+    if not differs(got, want, 1e-3, 1e-4):
+        return None
+    merged = np.asarray(want, dtype=np.float64) @ np.linalg.inv(WOUT.T.astype(np.float64))
+    if not differs(got, merged, 1e-3, 1e-4):
+        return ("inferred-no-output-projection", "your output equals the merged heads before `out`: multiplying it "
+                "by out.weight^T gives the right output")
+    return inference.infer(got, want, {"d_k": 4, "n_heads": 2, "n_q": 6, "n_k": 6}) or (None, shape_note(got, want))
+
+
+def cache_lengths(got, want, ref):
+    lengths, ok = list(got.get("lengths", [])), list(got.get("prefix_ok", []))
+    if lengths == [0, 3, 4, 6] and ok == [True] * 3 and not got.get("error"):
+        return None
+    return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` read "
+            f"{lengths} (expected [0, 3, 4, 6]) and the filled part returned equalled what was appended: {ok}")
+
+
+def decode_prime(ref) -> None:
+    """The answers decode_output compares with: the model whose cached keys are its queries, or its values."""
+    ref.module_forward(XB, np.concatenate([WQKV[:8], WQKV[:8], WQKV[16:]]), WOUT, 2)
+    ref.module_forward(XB, np.concatenate([WQKV[:8], WQKV[16:], WQKV[16:]]), WOUT, 2)
+
+
+def decode_output(got, want, ref):
+    if not differs(got, want, 1e-3, 1e-4):
+        return None
+    w = WQKV.copy()
+    for name, rows in (("queries", slice(0, 8)), ("values", slice(16, 24))):
+        w[8:16] = WQKV[rows]
+        if not differs(got, ref.module_forward(XB, w, WOUT, 2), 1e-3, 1e-4):
+            return ("inferred-cache-contents", f"fed in chunks of 3, 1 and 2 tokens, your outputs are those of a "
+                    f"model whose cached keys are its {name}: the cache holds the wrong tensor")
+    return None, "fed in chunks of 3, 1 and 2 tokens, the outputs differ from the full forward's"
+
+
