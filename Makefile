@@ -10,7 +10,7 @@ instructor-help:
 	@echo "make test                    the project's own tests, after make lint (make test-fast: the quick tier)"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
-	@echo "make readme                  README.md's stage table from the stage declarations"
+	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
 	@echo "make release                 the student repo in dist/student"
 	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
@@ -31,7 +31,7 @@ exercises: $(VENV)/.student
 check-exercises: $(VENV)/.student
 	$(PY) -m autograder.instructor.make_exercises --check
 
-readme: $(VENV)/.student  ## README.md's stage table, from the stage declarations
+readme: $(VENV)/.dev  ## README.md's generated parts: the stage table, the catalogue, the test counts
 	$(PY) -m autograder.instructor.tables
 
 test: $(VENV)/.instructor lint
