@@ -24,7 +24,7 @@ from .outcomes import CannotReplay, Fail, GraderBug, MissingFixture, StudentAbor
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
 from .sandbox.runner import Worker, protections
-from .sandbox.safe_files import UnusableFile, problem, read_bytes
+from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 from .stages.fixtures import Replayer, load
 
@@ -246,6 +246,17 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
     t0 = time.monotonic()
     submission = Path(submission).resolve()
+    started = any(getattr(w, "child", None) is not None for w in (workers or {}).values())
+    snap = (current(submission) if started else None) or take(submission)  # what every part of this grade reads
+    try:
+        return _grade(submission, snap, t0, stages, seed, timeout, ref, mistakes, public_only, zygote, workers,
+                      pictures)
+    finally:
+        release(snap)
+
+
+def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistakes, public_only, zygote, workers,
+           pictures) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
@@ -303,9 +314,9 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
-    ignored = sorted(p.name for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)
+    ignored = sorted(n for n in [*snap.data, *snap.problems] if n not in SUBMISSION_FILES)
     res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
-                  located=located)
+                  located=located, files={n: h for n, h in snap.sha256.items() if n in SUBMISSION_FILES})
     res.next_step = next_step(res)  # after localisation: the pointer is part of the step
     res.seconds = time.monotonic() - t0
     return res

@@ -154,6 +154,7 @@ class Results:
     protections_off: list[str] = field(default_factory=list)  # sandbox.protections: what this machine lacks
     ignored_files: list[str] = field(default_factory=list)  # .py files that are not stage modules (never run)
     located: dict[str, Located] = field(default_factory=dict)  # stage -> the function found wrong on its own
+    files: dict[str, str] = field(default_factory=dict)  # stage file -> SHA-256 of the bytes graded (read once)
 
     @property
     def core_stages(self) -> list[StageResult]:
@@ -187,4 +188,4 @@ class Results:
                 "bonus_max_score": self.bonus_max_score, "next_step": self.next_step,
                 "stages": [s.as_json() for s in self.stages.values()],
                 "protections_off": self.protections_off, "ignored_files": self.ignored_files,
-                "located": {n: vars(loc) for n, loc in self.located.items()}}
+                "located": {n: vars(loc) for n, loc in self.located.items()}, "files": self.files}

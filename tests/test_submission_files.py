@@ -8,6 +8,7 @@ import shutil
 import stat
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, SOLUTIONS, grade, variant
@@ -100,3 +101,46 @@ def test_regrade_reads_a_linked_file_as_missing_work(tmp_path):
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
     assert float(rows["alice"]["total"]) == CORE_POINTS
     assert float(rows["mallory"]["softmax"]) == 0 and float(rows["mallory"]["kv_cache"]) == 16
+
+
+# ------------------------------------------------------------------------------------ read once --
+
+def test_a_grade_reads_each_stage_file_once(tmp_path, monkeypatch):
+    """The static check, the child's copy, localisation, the pointers and the reach analysis all read the
+    snapshot: each file of the folder is opened once in the whole grade, failing stages included."""
+    from collections import Counter
+
+    from autograder.sandbox import safe_files
+
+    sub = variant(tmp_path, {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]})
+    reads: Counter = Counter()
+    real = safe_files._read
+
+    def counting(path, limit=safe_files.MAX_FILE_BYTES):
+        reads[Path(path).name] += 1
+        return real(path, limit)
+
+    monkeypatch.setattr(safe_files, "_read", counting)
+    res = grade(sub, stages=["softmax", "scaling", "masking"])
+    assert res.stages["masking"].status == "failed" and res.located.get("masking")  # localisation ran
+    assert reads and max(reads.values()) == 1, reads
+
+
+def test_what_is_graded_is_the_snapshot_not_a_later_edit(tmp_path):
+    """A file rewritten (here into a symbolic link to the solutions) after the snapshot is taken changes
+    nothing in that grade; the record names the SHA-256 of the bytes it graded."""
+    import hashlib
+
+    from autograder.sandbox.runner import prestart
+    from autograder.sandbox.safe_files import take
+
+    sub = variant(tmp_path, {})
+    good = (sub / "softmax.py").read_bytes()
+    take(sub)
+    (sub / "softmax.py").unlink()
+    (sub / "softmax.py").symlink_to(SOLUTIONS / "softmax.py")
+    res = grade(sub, stages=["softmax"], workers=prestart(sub.resolve(), ["softmax"], 10.0))
+    assert res.stages["softmax"].status == "passed"
+    assert res.files["softmax.py"] == hashlib.sha256(good).hexdigest()
+    again = grade(sub, stages=["softmax"])  # a new grade reads the folder as it is now: the link is refused
+    assert again.stages["softmax"].status != "passed"

@@ -31,7 +31,7 @@ from .launchers import (
     separate_user_possible,
     sweep_notes,
 )
-from .safe_files import UnusableFile, read_bytes
+from .safe_files import current, take
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
@@ -85,11 +85,9 @@ class Worker:
         worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
-        for f in self.submission.glob("*.py"):  # regular files only: never a link to the grader's own files
-            try:
-                (pkg_dir / f.name).write_bytes(read_bytes(f))
-            except UnusableFile:
-                continue  # the stage that needs it says why (grade.run_stage)
+        snap = current(self.submission) or take(self.submission)  # the bytes the whole grade sees
+        for name, data in snap.data.items():  # regular files only: never a link to the grader's own files
+            (pkg_dir / name).write_bytes(data)  # an unusable one is left out: the stage that needs it says why
         self._log = open(self.scratch / "output.txt", "wb")
         self.token = secrets.token_hex(8)
         self.uid = sandbox_uid()
