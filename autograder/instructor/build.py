@@ -224,6 +224,47 @@ def release(out: Path = DIST / "student") -> Path:
     return out
 
 
+# ---------------------------------------------------------------------------------- package --
+
+
+def requirement_pins(requirements: Path = ROOT / "requirements-student.txt") -> dict[str, str]:
+    """name -> `name==version` for each pinned line of a requirements file."""
+    pins = {}
+    for line in requirements.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line and not line.startswith("-"):
+            pins[line.split("==")[0].strip().lower()] = line.replace(" ", "")
+    return pins
+
+
+def kit_wheel(out_dir: Path, source: Path = ROOT) -> Path:
+    """Build the kit's wheel (pyproject.toml) from `source` into `out_dir` and return its path. It is built
+    from a scratch copy of the packages, so the checkout gains no build/ or egg-info folder. With the
+    full repo as source the wheel holds the grader and attn_ref (instructor-side channels only)."""
+    import importlib.util
+    import tempfile
+
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="attn-wheel-") as tmp:
+        src = Path(tmp) / "kit"
+        src.mkdir()
+        shutil.copy2(source / "pyproject.toml", src / "pyproject.toml")
+        for folder in ("autograder", "attn_ref"):
+            if (source / folder).is_dir():
+                shutil.copytree(source / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        # the running environment's setuptools when it has one (no download); else pip fetches it
+        flags = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+        built = Path(tmp) / "wheel"
+        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *flags, "-w", str(built),
+                            str(src)], capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(f"building the kit's wheel failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        wheel = next(built.glob("*.whl"))
+        shutil.copy2(wheel, out_dir / wheel.name)
+    return out_dir / wheel.name
+
+
 # ------------------------------------------------------------------------------- gradescope --
 
 SETUP_SH = """\
