@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
@@ -131,42 +132,30 @@ Article A is "Attention from First Principles: One Complete Calculation"; Articl
 """
 
 
-CLASSROOM_TOTAL = 100  # GitHub Classroom reads each max-score as a whole number
+CLASSROOM_RESULTS = ".classroom.json"
 
 
-def classroom_points(points: dict[str, float] | None = None, total: int = CLASSROOM_TOTAL) -> dict[str, int]:
-    """Stage points (default: the core stages') scaled to whole numbers summing to `total`; the largest
-    remainders round up."""
-    points = points or {s.name: s.points for s in STAGES if not s.bonus}
-    exact = {n: x * total / sum(points.values()) for n, x in points.items()}
-    whole = {n: int(x) for n, x in exact.items()}
-    for n in sorted(exact, key=lambda n: whole[n] - exact[n])[:total - sum(whole.values())]:
-        whole[n] += 1
-    return whole
-
-
-def classroom_workflow() -> str:
-    """.github/workflows/classroom.yml: one command-grader step per core stage, then the grading reporter.
-    Each step's command exits 0 exactly when its stage passes in the student repo's own grader."""
-    steps, points = [], classroom_points()
+def classroom_workflow(bonus_folded: bool = False) -> str:
+    """.github/workflows/classroom.yml: install, grade once, then one step per stage that reports that
+    stage's points check by check (its `result` output, the command grader's format) to the grading
+    reporter, so partial credit is the same as `make grade`'s. The bonus stages get steps only when the
+    bonus is folded into the total."""
+    maxima = stage_max_scores(bonus_folded)
+    steps = []
     for s in STAGES:
-        if s.bonus:
+        if s.name not in maxima:
             continue
         steps.append(f"""\
-    - name: {s.number} {s.name}
+    - name: {s.number} {s.name}{' (bonus)' if s.bonus else ''}
       id: {s.name}
-      uses: classroom-resources/autograding-command-grader@v1
-      with:
-        test-name: {s.number} {s.name}
-        setup-command: ''
-        command: make grade STAGE={s.name} REQUIRE={s.name}
-        timeout: 10
-        max-score: {points[s.name]}
+      run: .venv/bin/python -m autograder classroom-step {s.name} {CLASSROOM_RESULTS}
 """)
-    ids = [s.name for s in STAGES if not s.bonus]
+    ids = [s.name for s in STAGES if s.name in maxima]
     env = "".join(f"        {i.upper()}_RESULTS: \"${{{{steps.{i}.outputs.result}}}}\"\n" for i in ids)
+    bonus = "the bonus stages' points count on top" if bonus_folded else "the bonus stages are not counted"
     return f"""\
-# GitHub Classroom autograding, written by `make release`: one test per core stage, worth its points.
+# GitHub Classroom autograding, written by `make release`: the grader runs once, then one step per stage
+# reports that stage's checks with their points (the core stages' share of {CLASSROOM_TOTAL}; {bonus}).
 name: Autograding Tests
 'on':
 - push
@@ -189,6 +178,8 @@ jobs:
         python-version: '3.12'
     - name: Install the grader
       run: make .venv/.student
+    - name: Grade
+      run: .venv/bin/python -m autograder grade --submission exercises --classroom {CLASSROOM_RESULTS}
 {"".join(steps)}\
     - name: Autograding Reporter
       uses: classroom-resources/autograding-grading-reporter@v1
