@@ -86,4 +86,4 @@ nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)" $(PY) -m autograder.instructor.notebooks otter --out dist/otter
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter
