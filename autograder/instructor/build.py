@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
-from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
+from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
 from .tables import student_table, student_totals
@@ -190,7 +190,7 @@ jobs:
 """
 
 
-def release(out: Path = DIST / "student") -> Path:
+def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
     if out.exists():
         shutil.rmtree(out)
@@ -210,7 +210,7 @@ def release(out: Path = DIST / "student") -> Path:
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
-    (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())
+    (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n")
     return out
 
@@ -367,7 +367,7 @@ def fallback_results() -> str:
 
 
 def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None,
-                   hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> Path:
+                   hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref, the course secret and
     the Gradescope visibility of the hidden checks."""
     if hidden_visibility not in GRADESCOPE_VISIBILITIES:
@@ -385,6 +385,7 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
         z.write(ROOT / "requirements-student.txt", "requirements-student.txt")
         z.writestr("course_secret", secret)
         z.writestr("hidden_visibility", hidden_visibility)
+        z.writestr("bonus_policy", bonus_policy)
     return out
 
 
@@ -427,15 +428,18 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--hidden-visibility", choices=GRADESCOPE_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                    help="when students see the hidden checks on Gradescope (default: %(default)s, so they see "
                         "their total at once)")
+    for q in (r, a):
+        q.add_argument("--bonus", choices=BONUS_POLICIES, default=DEFAULT_BONUS_POLICY,
+                       help="the bonus stages apart from the core points, or folded into the score (default: %(default)s)")
     g = sub.add_parser("gradescope-local")
     g.add_argument("--submission", required=True)
     g.add_argument("--zip", default=str(DIST / "autograder.zip"))
     g.add_argument("--root", default=str(DIST / "gradescope-local"))
     args = p.parse_args(argv)
     if args.cmd == "release":
-        print(f"wrote the student repo to {release(Path(args.out))}")
+        print(f"wrote the student repo to {release(Path(args.out), args.bonus)}")
     elif args.cmd == "autograder":
-        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility)}")
+        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility, args.bonus)}")
     else:
         if not Path(args.zip).is_file():
             autograder_zip(Path(args.zip))
