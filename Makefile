@@ -49,11 +49,11 @@ clean:
 # ---- instructor builds: the student repo and the Gradescope autograder ------------------------
 .PHONY: release autograder gradescope-local
 release: $(VENV)/.student
-	$(PY) -m autograder.instructor.build release --out dist/student
+	$(PY) -m autograder.instructor.build release --out dist/student $(if $(BONUS),--bonus $(BONUS))
 
 autograder: $(VENV)/.student
 	$(PY) -m autograder.instructor.build autograder --out dist/autograder.zip $(if $(SECRET),--secret $(SECRET)) \
-		$(if $(HIDDEN_VISIBILITY),--hidden-visibility $(HIDDEN_VISIBILITY))
+		$(if $(HIDDEN_VISIBILITY),--hidden-visibility $(HIDDEN_VISIBILITY)) $(if $(BONUS),--bonus $(BONUS))
 
 gradescope-local: $(VENV)/.student
 	@test -n "$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
@@ -86,4 +86,4 @@ nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)" $(PY) -m autograder.instructor.notebooks otter --out dist/otter
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter

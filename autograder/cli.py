@@ -142,6 +142,12 @@ def _regrade(args) -> int:
     return 0
 
 
+def _classroom_step(args) -> int:
+    from .report.classroom import step
+
+    return step(args.stage, Path(args.results))
+
+
 def _class_report(args) -> int:
     from .instructor.class_report import main as class_report
 
@@ -197,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                    "from your account (not root): only for code you trust")
     r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")
     r.set_defaults(fn=_regrade)
+    cs = sub.add_parser("classroom-step", help="a GitHub Classroom step: report STAGE's points from a --classroom file")
+    cs.add_argument("stage")
+    cs.add_argument("results")
+    cs.set_defaults(fn=_classroom_step)
     c = sub.add_parser("class-report", help="class-report.html and diagnoses.csv from a folder of results JSONs")
     c.add_argument("results_dir")
     c.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")

@@ -146,3 +146,36 @@ class Watching:
 
         self.proc.send_signal(signal.SIGINT)
         return self.proc.wait(timeout=30)
+
+
+def fresh_venv(path: Path, requirements: list[str], cwd: Path) -> Path:
+    """A venv of this interpreter without the system's packages, `requirements` pip-installed in it from `cwd`
+    (one pip call, as a course's setup makes it). ATTN_TEST_VENVS=folder keeps such venvs there between
+    runs, one per set of requirements other than wheels; a kept one gets only its wheels reinstalled."""
+    import hashlib
+    import os
+    import subprocess
+
+    wheels = [r for r in requirements if r.endswith(".whl")]
+    if os.environ.get("ATTN_TEST_VENVS"):
+        others = "\n".join(r for r in requirements if r not in wheels)
+        path = Path(os.environ["ATTN_TEST_VENVS"]) / hashlib.sha256(others.encode()).hexdigest()[:12]
+    pip = [str(path / "bin" / "pip"), "install", "--quiet"]
+    if (path / "bin" / "python").exists():
+        cmd = [*pip, "--no-deps", "--force-reinstall", *wheels]
+    else:
+        subprocess.run([sys._base_executable, "-m", "venv", str(path)], check=True)
+        (path / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        cmd = [*pip, "-r", str(path / "requirements.txt")]
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return path
+
+
+def clean_env(venv: Path) -> dict:
+    """The environment of a machine where the kit is only installed: no PYTHONPATH, the venv first on PATH."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
+    return env

@@ -1,18 +1,23 @@
 """GitHub Classroom: the release's .github/workflows/classroom.yml, its steps run as the runner would run
-them, in the student repo: every stage's command passes with the solutions and fails with the stubs."""
+them, in the student repo, and its reporter's sum done as classroom-resources/autograding-grading-reporter
+does it (each runner's tests' scores over the runners' max_score): the points `make grade` gives."""
+import base64
+import json
+import os
+import re
 import shutil
 import subprocess
 
 import pytest
 from conftest import ROOT, SOLUTIONS, share_venv
 
-from autograder.instructor.build import CLASSROOM_TOTAL, classroom_points, release
-from autograder.stages import CORE
+from autograder.instructor.build import classroom_workflow, release
+from autograder.report.classroom import CLASSROOM_TOTAL, classroom_points
+from autograder.stages import BONUS_POINTS, CORE, STAGES
 
 yaml = pytest.importorskip("yaml")
-GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
-
+ZERO_MASK = ("return np.where(allowed, scores, -np.inf)", "return np.where(allowed, scores, 0.0)")
 
 
 @pytest.fixture(scope="module")
@@ -22,20 +27,22 @@ def repo(tmp_path_factory):
     return share_venv(release(tmp_path_factory.mktemp("classroom") / "student"))
 
 
-def steps(repo) -> list[dict]:
-    workflow = yaml.safe_load((repo / ".github" / "workflows" / "classroom.yml").read_text())
-    return workflow["jobs"]["run-autograding-tests"]["steps"]
+def steps(text: str) -> list[dict]:
+    return yaml.safe_load(text)["jobs"]["run-autograding-tests"]["steps"]
 
 
-def test_one_step_per_core_stage_worth_its_points(repo):
-    graders = [s for s in steps(repo) if s.get("uses") == GRADER]
-    assert [g["id"] for g in graders] == [s.name for s in CORE]
-    scores = [g["with"]["max-score"] for g in graders]
-    assert all(isinstance(x, int) for x in scores) and sum(scores) == CLASSROOM_TOTAL
-    assert scores == [classroom_points()[s.name] for s in CORE]  # each stage's share of the core points
-    reporter = next(s for s in steps(repo) if s.get("uses") == REPORTER)
-    assert reporter["with"]["runners"].split(",") == [s.name for s in CORE]
-    assert set(reporter["env"]) == {f"{s.name.upper()}_RESULTS" for s in CORE}
+def reporter(text: str) -> dict:
+    return next(s for s in steps(text) if s.get("uses") == REPORTER)
+
+
+def test_one_reporting_step_per_core_stage_and_the_real_reporter_inputs(repo):
+    text = (repo / ".github" / "workflows" / "classroom.yml").read_text()
+    ids = [s["id"] for s in steps(text) if "id" in s]
+    assert ids == [s.name for s in CORE]
+    rep = reporter(text)
+    assert rep["with"]["runners"].split(",") == ids  # the reporter's one input
+    assert rep["env"] == {f"{i.upper()}_RESULTS": f"${{{{steps.{i}.outputs.result}}}}" for i in ids}
+    assert all(set(s) <= {"name", "uses", "with", "run", "id", "env"} for s in steps(text))
 
 
 def test_points_that_do_not_make_100_are_scaled_to_whole_numbers():
@@ -43,24 +50,56 @@ def test_points_that_do_not_make_100_are_scaled_to_whole_numbers():
     assert sum(classroom_points({"a": 2.5, "b": 7.25, "c": 5}).values()) == CLASSROOM_TOTAL
 
 
-def run_commands(repo, exercises) -> dict[str, int]:
-    """Each grader step's command, run in the repo with `exercises` as its exercises/: its exit status."""
+def run_workflow(repo, exercises, text: str) -> tuple[float, float]:
+    """Every `run` step in order (GITHUB_OUTPUT per step), then the reporter's sum: (points, max points)."""
     shutil.rmtree(repo / "exercises")
     shutil.copytree(exercises, repo / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
-    setup = next(s for s in steps(repo) if s.get("run"))
-    subprocess.run(setup["run"], shell=True, cwd=repo, check=True, capture_output=True)
-    status = {}
-    for g in (s for s in steps(repo) if s.get("uses") == GRADER):
-        p = subprocess.run(g["with"]["command"], shell=True, cwd=repo, capture_output=True, text=True,
-                           timeout=60 * g["with"]["timeout"])
-        assert f"{g['id']}" in p.stdout, p.stdout + p.stderr  # the grading output is kept
-        status[g["id"]] = p.returncode
-    return status
+    outputs: dict[str, dict[str, str]] = {}
+    for i, s in enumerate(steps(text)):
+        if "run" not in s:
+            continue
+        out = repo.parent / f"output-{i}"
+        out.write_text("")
+        p = subprocess.run(s["run"], shell=True, cwd=repo, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "GITHUB_OUTPUT": str(out)})
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        if "id" in s:
+            assert s["id"] in p.stdout  # the step's log names its stage and points
+            outputs[s["id"]] = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    rep = reporter(text)
+    env = {k: re.sub(r"\$\{\{steps\.(\w+)\.outputs\.(\w+)\}\}", lambda m: outputs[m[1]][m[2]], v)
+           for k, v in rep["env"].items()}
+    points = maximum = 0.0
+    for runner in rep["with"]["runners"].split(","):
+        result = json.loads(base64.b64decode(env[f"{runner.upper()}_RESULTS"]))
+        maximum += result["max_score"]
+        points += sum(t.get("score", 0) for t in result["tests"])
+    return points, maximum
 
 
-def test_commands_pass_with_the_solutions_and_fail_with_the_stubs(repo):
+def make_grade_points(repo) -> float:
+    """The student repo's own `make grade` total (its Gradescope-format JSON's score)."""
+    subprocess.run(["make", "grade", "JSON=g.json"], cwd=repo, check=True, capture_output=True, timeout=600)
+    return json.loads((repo / "g.json").read_text())["score"]
+
+
+def test_the_workflow_gives_make_grades_points(repo):
+    workflow = (repo / ".github" / "workflows" / "classroom.yml").read_text()
     stubs = repo.parent / "stubs"
     shutil.copytree(repo / "exercises", stubs)
-    assert run_commands(repo, SOLUTIONS) == {s.name: 0 for s in CORE}
-    failing = run_commands(repo, stubs)
-    assert all(failing[s.name] != 0 for s in CORE), failing
+    assert run_workflow(repo, SOLUTIONS, workflow) == (CLASSROOM_TOTAL, CLASSROOM_TOTAL)
+    assert run_workflow(repo, stubs, workflow) == (0, CLASSROOM_TOTAL)
+    zero_mask = repo.parent / "zero-mask"
+    shutil.copytree(SOLUTIONS, zero_mask, ignore=shutil.ignore_patterns("__pycache__"))
+    masking = zero_mask / "masking.py"
+    assert ZERO_MASK[0] in masking.read_text()
+    masking.write_text(masking.read_text().replace(*ZERO_MASK))
+    points, maximum = run_workflow(repo, zero_mask, workflow)
+    assert (points, maximum) == (make_grade_points(repo), CLASSROOM_TOTAL)
+    assert 0 < points < CLASSROOM_TOTAL  # partial credit: the stages using the mask keep their passing checks
+
+
+def test_with_the_bonus_folded_in_the_bonus_stages_report_on_top(repo):
+    workflow = classroom_workflow(bonus_folded=True)
+    assert [s["id"] for s in steps(workflow) if "id" in s] == [s.name for s in STAGES]
+    assert run_workflow(repo, SOLUTIONS, workflow) == (CLASSROOM_TOTAL + BONUS_POINTS,) * 2

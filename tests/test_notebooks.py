@@ -5,10 +5,11 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, grade, variant
+from conftest import ROOT, clean_env, fresh_venv, grade, variant
 
 from autograder.instructor.notebooks import nbgrader_course
 from autograder.stages import BONUS_POINTS, CORE_POINTS
@@ -20,12 +21,15 @@ SCALE_MISSING = ("return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)", "return q
 MISTAKES = {"masking.py": MASK_TOP_LEFT, "scaling.py": SCALE_MISSING}
 
 
-def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None) -> tuple[float, str]:
-    """generate_assignment, a submitted notebook, autograde, generate_feedback, export: (score, feedback html)."""
-    env = {**os.environ, "PATH": f"{NBGRADER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None, nbgrader: Path = NBGRADER,
+          env: dict | None = None) -> tuple[float, str]:
+    """generate_assignment, a submitted notebook, autograde, generate_feedback, export: (score, feedback html).
+    By default with this checkout's nbgrader and the grader on PYTHONPATH; `nbgrader` and `env` name an
+    installed environment instead."""
+    env = env or {**os.environ, "PATH": f"{NBGRADER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
 
     def run(*args):
-        p = subprocess.run([str(NBGRADER), *args], cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        p = subprocess.run([str(nbgrader), *args], cwd=course, env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
 
     run("generate_assignment", "attention", "--force")
@@ -33,7 +37,7 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None) -
     source = json.loads((course / "source/attention/attention.ipynb").read_text())
     by_id = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source["cells"]}
     text = json.dumps(release)
-    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text and "grade_stage('softmax')" not in text
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text and "hidden = True" not in text
     if fill == "solutions":
         for c in release["cells"]:
             meta = c["metadata"].get("nbgrader", {})
@@ -85,12 +89,12 @@ def otter_assignment(tmp_path_factory):
     return otter_assign(tmp_path_factory.mktemp("otter"))
 
 
-def otter_run(result: Path, notebook: dict, tmp_path: Path) -> dict:
-    env = {**os.environ, "PATH": f"{OTTER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+def otter_run(result: Path, notebook: dict, tmp_path: Path, otter: Path = OTTER, env: dict | None = None) -> dict:
+    env = env or {**os.environ, "PATH": f"{OTTER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "attention.ipynb").write_text(json.dumps(notebook))
     zip_path = next((result / "autograder").glob("*.zip"))
-    p = subprocess.run([str(OTTER), "run", "-a", str(zip_path), "-o", str(tmp_path), "attention.ipynb"], cwd=tmp_path,
+    p = subprocess.run([str(otter), "run", "-a", str(zip_path), "-o", str(tmp_path), "attention.ipynb"], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     tests = json.loads((tmp_path / "results.json").read_text())["tests"]
@@ -134,3 +138,61 @@ def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
         scores = otter_run(otter_assignment, nb, tmp_path / file)
         direct = grade(variant(tmp_path / f"v-{file}", {file: [(old, new)]}), seed=0)
         assert scores == {n: s.score for n, s in direct.stages.items()}, file
+
+
+# This machine has no route to the CPU torch index the requirements name; its torch CPU wheel is local
+# (pip's find-links), so the installs below leave that one line out and take everything else as written.
+NO_TORCH_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+
+
+def installable(lines: list[str]) -> list[str]:
+    assert NO_TORCH_INDEX in lines  # the shipped requirements do name it
+    return [line for line in lines if line.strip() and line != NO_TORCH_INDEX]
+
+
+def test_nbgrader_autograde_in_a_venv_made_by_the_course_readme(tmp_path):
+    """The course folder's README install (its requirements.txt: nbgrader and the kit's wheel) in a fresh
+    venv, nbgrader from it and no PYTHONPATH: the same score as `make grade`, for a submission with a mistake."""
+    course = nbgrader_course(tmp_path / "course")
+    readme = (course / "README.md").read_text()
+    assert ".venv/bin/pip install -r requirements.txt" in readme and ".venv/bin/nbgrader autograde attention" in readme
+    venv = fresh_venv(tmp_path / "venv", installable((course / "requirements.txt").read_text().splitlines()), course)
+    score, feedback = cycle(course, "solutions", MISTAKES["masking.py"], nbgrader=venv / "bin" / "nbgrader",
+                            env=clean_env(venv))
+    direct = grade(variant(tmp_path / "v", {"masking.py": [MISTAKES["masking.py"]]}), seed=0)
+    assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS
+    assert "No module named" not in feedback
+
+
+def test_nbgrader_test_cells_grade_once(tmp_path):
+    """Each test cell calls the grader once, in the students' copy and at autograding alike."""
+    from autograder.instructor.notebooks import build_notebook
+
+    tests = [c for c in build_notebook()["cells"] if c["metadata"]["nbgrader"].get("grade")]
+    assert tests and all(c["source"].count("grade_stage(") == 1 for c in tests)  # one call, whichever copy
+    released = [re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n", "", c["source"], flags=re.S) for c in tests]
+    assert all("hidden = False" in r and "hidden = True" not in r for r in released)
+
+
+def test_otter_zip_grades_in_the_environment_its_own_setup_makes(otter_assignment, tmp_path):
+    """The zip alone: its environment.yml's pip requirements (the kit's wheel from its files/, numpy, torch,
+    otter) installed from the unpacked zip into a fresh venv, and `otter run` from that venv with no
+    PYTHONPATH, in a folder far from the checkout: the solutions at full points."""
+    import yaml
+
+    zip_path = next((otter_assignment / "autograder").glob("*.zip"))
+    source = tmp_path / "source"  # what Gradescope unpacks to /autograder/source
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(source)
+    deps = yaml.safe_load((source / "environment.yml").read_text())["dependencies"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict))
+    wheels = [line for line in pip if line.endswith(".whl")]
+    assert len(wheels) == 1 and (source / wheels[0]).is_file()
+    venv = fresh_venv(tmp_path / "venv", installable(pip), source)
+    env = clean_env(venv)
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import autograder, attn_ref; print(autograder.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+    assert found.startswith(str(venv))
+    solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
+    scores = otter_run(otter_assignment, solved, tmp_path / "run", otter=venv / "bin" / "otter", env=env)
+    assert sum(scores.values()) == CORE_POINTS + BONUS_POINTS

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
-from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
+from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
+from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
 from .tables import student_table, student_totals
@@ -131,42 +132,30 @@ Article A is "Attention from First Principles: One Complete Calculation"; Articl
 """
 
 
-CLASSROOM_TOTAL = 100  # GitHub Classroom reads each max-score as a whole number
+CLASSROOM_RESULTS = ".classroom.json"
 
 
-def classroom_points(points: dict[str, float] | None = None, total: int = CLASSROOM_TOTAL) -> dict[str, int]:
-    """Stage points (default: the core stages') scaled to whole numbers summing to `total`; the largest
-    remainders round up."""
-    points = points or {s.name: s.points for s in STAGES if not s.bonus}
-    exact = {n: x * total / sum(points.values()) for n, x in points.items()}
-    whole = {n: int(x) for n, x in exact.items()}
-    for n in sorted(exact, key=lambda n: whole[n] - exact[n])[:total - sum(whole.values())]:
-        whole[n] += 1
-    return whole
-
-
-def classroom_workflow() -> str:
-    """.github/workflows/classroom.yml: one command-grader step per core stage, then the grading reporter.
-    Each step's command exits 0 exactly when its stage passes in the student repo's own grader."""
-    steps, points = [], classroom_points()
+def classroom_workflow(bonus_folded: bool = False) -> str:
+    """.github/workflows/classroom.yml: install, grade once, then one step per stage that reports that
+    stage's points check by check (its `result` output, the command grader's format) to the grading
+    reporter, so partial credit is the same as `make grade`'s. The bonus stages get steps only when the
+    bonus is folded into the total."""
+    maxima = stage_max_scores(bonus_folded)
+    steps = []
     for s in STAGES:
-        if s.bonus:
+        if s.name not in maxima:
             continue
         steps.append(f"""\
-    - name: {s.number} {s.name}
+    - name: {s.number} {s.name}{' (bonus)' if s.bonus else ''}
       id: {s.name}
-      uses: classroom-resources/autograding-command-grader@v1
-      with:
-        test-name: {s.number} {s.name}
-        setup-command: ''
-        command: make grade STAGE={s.name} REQUIRE={s.name}
-        timeout: 10
-        max-score: {points[s.name]}
+      run: .venv/bin/python -m autograder classroom-step {s.name} {CLASSROOM_RESULTS}
 """)
-    ids = [s.name for s in STAGES if not s.bonus]
+    ids = [s.name for s in STAGES if s.name in maxima]
     env = "".join(f"        {i.upper()}_RESULTS: \"${{{{steps.{i}.outputs.result}}}}\"\n" for i in ids)
+    bonus = "the bonus stages' points count on top" if bonus_folded else "the bonus stages are not counted"
     return f"""\
-# GitHub Classroom autograding, written by `make release`: one test per core stage, worth its points.
+# GitHub Classroom autograding, written by `make release`: the grader runs once, then one step per stage
+# reports that stage's checks with their points (the core stages' share of {CLASSROOM_TOTAL}; {bonus}).
 name: Autograding Tests
 'on':
 - push
@@ -189,6 +178,8 @@ jobs:
         python-version: '3.12'
     - name: Install the grader
       run: make .venv/.student
+    - name: Grade
+      run: .venv/bin/python -m autograder grade --submission exercises --classroom {CLASSROOM_RESULTS}
 {"".join(steps)}\
     - name: Autograding Reporter
       uses: classroom-resources/autograding-grading-reporter@v1
@@ -199,7 +190,7 @@ jobs:
 """
 
 
-def release(out: Path = DIST / "student") -> Path:
+def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
     if out.exists():
         shutil.rmtree(out)
@@ -219,9 +210,50 @@ def release(out: Path = DIST / "student") -> Path:
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
-    (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow())
+    (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n")
     return out
+
+
+# ---------------------------------------------------------------------------------- package --
+
+
+def requirement_pins(requirements: Path = ROOT / "requirements-student.txt") -> dict[str, str]:
+    """name -> `name==version` for each pinned line of a requirements file."""
+    pins = {}
+    for line in requirements.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line and not line.startswith("-"):
+            pins[line.split("==")[0].strip().lower()] = line.replace(" ", "")
+    return pins
+
+
+def kit_wheel(out_dir: Path, source: Path = ROOT) -> Path:
+    """Build the kit's wheel (pyproject.toml) from `source` into `out_dir` and return its path. It is built
+    from a scratch copy of the packages, so the checkout gains no build/ or egg-info folder. With the
+    full repo as source the wheel holds the grader and attn_ref (instructor-side channels only)."""
+    import importlib.util
+    import tempfile
+
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="attn-wheel-") as tmp:
+        src = Path(tmp) / "kit"
+        src.mkdir()
+        shutil.copy2(source / "pyproject.toml", src / "pyproject.toml")
+        for folder in ("autograder", "attn_ref"):
+            if (source / folder).is_dir():
+                shutil.copytree(source / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+        # the running environment's setuptools when it has one (no download); else pip fetches it
+        flags = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+        built = Path(tmp) / "wheel"
+        p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *flags, "-w", str(built),
+                            str(src)], capture_output=True, text=True)
+        if p.returncode:
+            raise RuntimeError(f"building the kit's wheel failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        wheel = next(built.glob("*.whl"))
+        shutil.copy2(wheel, out_dir / wheel.name)
+    return out_dir / wheel.name
 
 
 # ------------------------------------------------------------------------------- gradescope --
@@ -335,7 +367,7 @@ def fallback_results() -> str:
 
 
 def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None,
-                   hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY) -> Path:
+                   hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref, the course secret and
     the Gradescope visibility of the hidden checks."""
     if hidden_visibility not in GRADESCOPE_VISIBILITIES:
@@ -353,6 +385,7 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
         z.write(ROOT / "requirements-student.txt", "requirements-student.txt")
         z.writestr("course_secret", secret)
         z.writestr("hidden_visibility", hidden_visibility)
+        z.writestr("bonus_policy", bonus_policy)
     return out
 
 
@@ -395,15 +428,18 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--hidden-visibility", choices=GRADESCOPE_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                    help="when students see the hidden checks on Gradescope (default: %(default)s, so they see "
                         "their total at once)")
+    for q in (r, a):
+        q.add_argument("--bonus", choices=BONUS_POLICIES, default=DEFAULT_BONUS_POLICY,
+                       help="the bonus stages apart from the core points, or folded into the score (default: %(default)s)")
     g = sub.add_parser("gradescope-local")
     g.add_argument("--submission", required=True)
     g.add_argument("--zip", default=str(DIST / "autograder.zip"))
     g.add_argument("--root", default=str(DIST / "gradescope-local"))
     args = p.parse_args(argv)
     if args.cmd == "release":
-        print(f"wrote the student repo to {release(Path(args.out))}")
+        print(f"wrote the student repo to {release(Path(args.out), args.bonus)}")
     elif args.cmd == "autograder":
-        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility)}")
+        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility, args.bonus)}")
     else:
         if not Path(args.zip).is_file():
             autograder_zip(Path(args.zip))

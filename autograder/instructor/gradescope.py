@@ -58,7 +58,7 @@ def read_setting(source: Path, name: str, default: str) -> str:
 def grade_upload(root: Path) -> dict:
     """The results of grading root/submission: the grader's imports happen here, inside main's guard."""
     from ..grade import grade
-    from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, results_json
+    from ..report.gradescope_json import DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, results_json
     from ..sandbox.submission import STAGE_FILES, survey
 
     source = root / "source"
@@ -72,7 +72,8 @@ def grade_upload(root: Path) -> dict:
                             "folder, or as the submission.zip that `make submit` writes).")
     res = grade(found.folder, seed=derive_seed(read_setting(source, "course_secret", ""), found.folder))
     visibility = read_setting(source, "hidden_visibility", DEFAULT_HIDDEN_VISIBILITY)
-    return results_json(res, visibility, found.notes)  # every child has been ended when grade returns
+    bonus = read_setting(source, "bonus_policy", DEFAULT_BONUS_POLICY)
+    return results_json(res, visibility, found.notes, bonus)  # every child has been ended when grade returns
 
 
 def message_only(output: str) -> dict:

@@ -78,11 +78,14 @@ def build_notebook() -> dict:
             cells.append(_cell("code", f"%%writefile submission/{f}\n" + nb_markers(src).rstrip() + "\n",
                                {"grade": False, "solution": True, "locked": False,
                                 "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
+        # one grade per cell: the hidden-test block only switches the hidden checks on, so the student's
+        # copy (where nbgrader removed it) grades the public checks, and autograding grades once with both
         test = ("from autograder.report.notebook_cells import grade_stage\n"
-                f"score = grade_stage({s.name!r}, public_only=True)\n"
+                "hidden = False\n"
                 "### BEGIN HIDDEN TESTS\n"
-                f"score = grade_stage({s.name!r})\n"
+                "hidden = True\n"
                 "### END HIDDEN TESTS\n"
+                f"score = grade_stage({s.name!r}, hidden=hidden)\n"
                 "score")
         cells.append(_cell("code", test, {"grade": True, "solution": False, "locked": True, "points": s.points,
                                           "grade_id": f"test_{s.name}"}))
@@ -100,8 +103,51 @@ c.Execute.timeout = 600
 """
 
 
+COURSE_README = """\
+# The attention course for nbgrader
+
+The notebook's test cells import the kit's grader (`autograder`), so the Python that runs nbgrader
+(and its kernel) must have the kit installed; a test cell that cannot import it fails. From this
+folder:
+
+```sh
+python3 -m venv .venv
+.venv/bin/pip install -r requirements.txt   # nbgrader, ipykernel, numpy, CPU torch and the kit ({wheel})
+.venv/bin/nbgrader db assignment add attention
+.venv/bin/nbgrader generate_assignment attention
+.venv/bin/nbgrader autograde attention      # after collecting submitted/<student>/attention/attention.ipynb
+.venv/bin/nbgrader generate_feedback attention
+.venv/bin/nbgrader export                   # grades.csv
+```
+
+The wheel holds the hidden checks and the reference: it is for grading, never for students. Students
+install the student repo's grader instead (`make release` writes it; from that folder,
+`pip install .`), whose public checks answer from recorded fixtures. Each test cell grades its stage
+once: in the students' copy on the public checks, at autograding with the hidden checks too.
+"""
+
+
+def course_requirements(wheel: str) -> str:
+    """The grading environment's requirements: nbgrader and the kernel at the instructor pins, numpy and
+    psutil at the kit's, torch's CPU build, and the kit's wheel (a path relative to the course folder)."""
+    from .build import requirement_pins
+
+    pins = {**requirement_pins(), **requirement_pins(ROOT / "requirements-instructor.txt")}
+    return (f"{pins['nbgrader']}\n{pins['ipykernel']}\n{pins['numpy']}\n{pins['psutil']}\n"
+            f"--extra-index-url https://download.pytorch.org/whl/cpu\n{pins['torch']}\n./{wheel}\n")
+
+
 def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader") -> Path:
+    """The course folder: nbgrader_config.py, source/attention/attention.ipynb, the kit's wheel, the
+    grading environment's requirements.txt and a README saying how to install and run it."""
+    from .build import kit_wheel
+
     (out / "source" / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
+    for old in out.glob("attention_kit-*.whl"):
+        old.unlink()
+    wheel = kit_wheel(out).name
+    (out / "requirements.txt").write_text(course_requirements(wheel))
+    (out / "README.md").write_text(COURSE_README.format(wheel=wheel))
     (out / "nbgrader_config.py").write_text(CONFIG)
     (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(build_notebook(), indent=1))
     return out
@@ -118,12 +164,14 @@ def _code(source: str, output: str | None = None) -> dict:
             "source": source}
 
 
-def otter_master() -> dict:
+def otter_master(wheel: str) -> dict:
     """The otter-assign master notebook: one question per stage, one test case per check,
     worth that check's points (public checks public, hidden checks hidden), so the partial credit
-    is the same as `make grade`'s."""
+    is the same as `make grade`'s. `wheel` (the kit's, beside the notebook) goes into the autograder
+    zip only, and its requirements install it: the zip grades on a machine that has nothing else."""
     cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  files: true\n  ok_format: true\n"
-                  "export_cell: false\ncheck_all_cell: false\n"),
+                  "export_cell: false\ncheck_all_cell: false\n"
+                  f"requirements: {OTTER_REQUIREMENTS}\nautograder_files:\n- {wheel}\n"),
              {"cell_type": "markdown", "metadata": {}, "source": "# Attention, stage by stage\n\nFill in each stage, "
               "then run its tests (Article A: \"Attention from First Principles: One Complete Calculation\"; "
               "Article B: \"Transformer attention from first principles\"). Mask convention: True = may attend."},
@@ -154,15 +202,37 @@ def otter_master() -> dict:
             "nbformat": 4, "nbformat_minor": 5}
 
 
+OTTER_REQUIREMENTS = "requirements.txt"
+
+
+def otter_requirements(wheel: str) -> str:
+    """The autograder environment's pip requirements (otter puts them in the zip's environment.yml):
+    numpy, psutil and torch at the kit's pins (torch's CPU build: Gradescope has no GPU, and PyPI's Linux
+    torch is the 2 GiB CUDA build), then the kit's wheel from the zip's files/ folder. The environment is
+    made in the zip's folder (/autograder/source), so the wheel's path is relative to it."""
+    from .build import requirement_pins
+
+    pins = requirement_pins()
+    return (f"{pins['numpy']}\n{pins['psutil']}\n--extra-index-url https://download.pytorch.org/whl/cpu\n"
+            f"{pins['torch']}\n./files/{wheel}\n")
+
+
 def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
-    """Write the master notebook and run `otter assign`: out/result/{student,autograder}."""
+    """Write the kit's wheel, the requirements and the master notebook, and run `otter assign`:
+    out/result/{student,autograder}, the autograder zip self-contained (see otter_requirements)."""
     import subprocess
     import sys
 
+    from .build import kit_wheel
+
     out = Path(out).resolve()  # otter assign runs in `out`: relative paths would point inside it twice
     out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("attention_kit-*.whl"):
+        old.unlink()
+    wheel = kit_wheel(out).name
+    (out / OTTER_REQUIREMENTS).write_text(otter_requirements(wheel))
     master = out / "attention.ipynb"
-    master.write_text(json.dumps(otter_master(), indent=1))
+    master.write_text(json.dumps(otter_master(wheel), indent=1))
     otter = Path(sys.executable).with_name("otter")
     subprocess.run([str(otter), "assign", "--no-pdfs", "--no-run-tests", str(master), str(out / "result")],
                    check=True, cwd=out)

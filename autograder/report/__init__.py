@@ -28,5 +28,6 @@ RENDERERS: list[Renderer] = [
     Renderer("html", "html:render", "also write a self-contained HTML report with heatmaps to this file",
              pictures=True, announce=True),
     Renderer("record", "record:as_text", "write the graded record itself (Results.as_json) to this file"),
+    Renderer("classroom", "classroom:as_text", "write each stage's GitHub Classroom runner result to this file"),
 ]
 FILE_RENDERERS: dict[str, Renderer] = {r.name: r for r in RENDERERS}

@@ -12,6 +12,10 @@ from ..stages import BY_NAME, SHOWN_ORDER
 # Gradescope's visibility values: of the hidden checks (`make autograder HIDDEN_VISIBILITY=...`)
 GRADESCOPE_VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 DEFAULT_HIDDEN_VISIBILITY = "visible"  # Gradescope hides a student's total while any test is hidden
+# the bonus stages: "apart" (the score is the core points; the bonus checks show, worth 0 in tests[]) or
+# "folded" (their points count in the score and in tests[]); the same choice in every channel's build
+BONUS_POLICIES = ("apart", "folded")
+DEFAULT_BONUS_POLICY = "apart"
 _INLINE = re.compile(r"([\\`*_\[\]<>#|~])")  # emphasis, links, html, headings, tables, strike-through
 _BULLET = re.compile(r"^(\s*)([-+])(?=\s)", re.M)  # what would start a list
 _NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.M)
@@ -64,14 +68,16 @@ def summary(res: Results, notes: list[str] = ()) -> str:
     return "\n\n".join(parts)
 
 
-def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: str) -> dict:
+def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: str,
+               bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
     c = r.check
     number = BY_NAME[c.stage].number
+    counted = bonus_policy == "folded" or not BY_NAME[c.stage].bonus  # apart, a bonus check is worth 0 here
     return {
-        "name": f"{number}. {c.stage}: {c.name}",
+        "name": f"{number}. {c.stage}: {c.name}" + ("" if counted else f" (bonus, {c.points:g} apart)"),
         "number": f"{number}.{index}",
-        "score": r.score,
-        "max_score": c.points,
+        "score": r.score if counted else 0.0,
+        "max_score": c.points if counted else 0.0,
         "status": "passed" if r.passed or r.forgiven else "failed",  # Gradescope knows only these two
         "output": check_output(r, sr),
         "output_format": "md",
@@ -84,13 +90,17 @@ def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: s
     }
 
 
-def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, notes: list[str] = ()) -> dict:
+def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, notes: list[str] = (),
+                 bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
     """Gradescope's format. `hidden_visibility` is when students see the hidden checks; `notes` (what the
-    upload held twice, what was ignored) lead the summary."""
+    upload held twice, what was ignored) lead the summary; `bonus_policy` (BONUS_POLICIES) whether the
+    bonus counts. Either way the score is the sum of the tests' scores."""
     assert hidden_visibility in GRADESCOPE_VISIBILITIES, hidden_visibility
-    tests = [test_entry(r, sr, i, hidden_visibility) for sr in res.stages.values() for i, r in enumerate(sr.checks, 1)]
+    assert bonus_policy in BONUS_POLICIES, bonus_policy
+    tests = [test_entry(r, sr, i, hidden_visibility, bonus_policy) for sr in res.stages.values()
+             for i, r in enumerate(sr.checks, 1)]
     return {
-        "score": res.score,  # the core points; the bonus is reported apart
+        "score": res.score + (res.bonus_score if bonus_policy == "folded" else 0.0),
         "execution_time": round(res.seconds, 3),
         "output": summary(res, notes),
         "output_format": "md",
@@ -100,7 +110,7 @@ def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILIT
         "tests": tests,
         "extra_data": {  # stored for the staff, never shown to students
             "seed": res.seed,
-            "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score},
+            "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score, "policy": bonus_policy},
             "stages": {n: {"score": s.score, "max_score": s.max_score, "status": str(s.status),
                            "blocked_by": s.blocked_by} for n, s in res.stages.items()},
         },

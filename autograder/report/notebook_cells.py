@@ -14,16 +14,26 @@ from ..results import CheckResult
 from .terminal import terminal
 
 
-def grade_stage(stage: str, folder: str = "submission", public_only: bool = False) -> float:
-    """Points earned by `stage`. With public_only (the student's copy) the full report is printed;
-    otherwise (hidden checks included, at autograding) only the score, so feedback reveals nothing
-    of the hidden checks."""
+def grade_stage(stage: str, folder: str = "submission", public_only: bool = False, hidden: bool | None = None) -> float:
+    """Points earned by `stage`, graded once. The student's copy (hidden False, or public_only) runs the
+    public checks and the hidden ones' seed-0 twins and prints the full report; at autograding (hidden
+    True: nbgrader puts that line back between its hidden-test markers) the hidden checks run on the
+    course's inputs and only the public checks' failures and the score are printed, so feedback reveals
+    nothing of the hidden checks."""
+    if hidden is not None:
+        public_only = not hidden
     seed = int(os.environ.get("ATTN_GRADE_SEED", "0"))
     res = grade(Path(folder), [stage], seed=seed, public_only=public_only)
     sr = res.stages[stage]
     if public_only:
         print(terminal(res))
     else:
+        for r in sr.checks:
+            if not r.passed and r.check.visibility == "public":
+                print(f"{r.check.name}: {check_text(r)}")
+        hidden_failed = sum(1 for r in sr.checks if not r.passed and r.check.visibility != "public")
+        if hidden_failed:
+            print(f"{hidden_failed} hidden check(s) failed")
         print(f"stage {stage}: {sr.score:g}/{sr.max_score:g} with the hidden checks ({STATUS_WORD[sr.status]})")
     return float(sr.score)
 
