@@ -34,7 +34,7 @@ def _toy(**changes) -> Stage:
 
 def _error(stage: Stage) -> str:
     with pytest.raises(DeclarationError) as e:
-        check_declarations([*STAGES, stage], solutions=None)
+        check_declarations([*STAGES, stage], solutions=None, mutants=True)
     return str(e.value)
 
 

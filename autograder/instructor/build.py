@@ -8,6 +8,7 @@ and a local run of that zip laid out like Gradescope (`make gradescope-local`).
 Never shipped to students: the release leaves out autograder/instructor/ as a folder.
 """
 import argparse
+import ast
 import json
 import os
 import secrets
@@ -190,6 +191,19 @@ jobs:
 """
 
 
+def without_mutants(source: str) -> str:
+    """A stage module's source with every `mutant=...` of its declaration emptied (`mutant=()`)."""
+    tree = ast.parse(source)
+    spans = [(kw.value.lineno, kw.value.col_offset, kw.value.end_lineno, kw.value.end_col_offset)
+             for node in ast.walk(tree) if isinstance(node, ast.Call)
+             for kw in node.keywords if kw.arg == "mutant"]
+    lines = source.splitlines(keepends=True)
+    for l0, c0, l1, c1 in sorted(spans, reverse=True):
+        head, tail = lines[l0 - 1][:c0], lines[l1 - 1][c1:]
+        lines[l0 - 1:l1] = [head + "()" + tail]
+    return "".join(lines)
+
+
 def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
     if out.exists():
@@ -201,7 +215,10 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
         if rel.parts[0] == "instructor":
             continue
         (out / "autograder" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, out / "autograder" / rel)
+        if rel.parts[0] == "stages":  # a mistake's mutant is solution text: it stays in the full repo
+            (out / "autograder" / rel).write_text(without_mutants(path.read_text()))
+        else:
+            shutil.copy2(path, out / "autograder" / rel)
     from ..stages.fixtures import save
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")

@@ -2,9 +2,9 @@
 hold together fails at once, with the stage and the field named, instead of grading wrongly later.
 
 Always: unique names and numbers, known `calls` to earlier stages, points equal to the sum of the
-checks, unique check names and mistake ids, every mistake with its evidence and its one-edit mutant,
-every core stage with at least one of the articles' numbers. Where the full repo is present
-(solutions/ and attn_ref/ beside the package): each mutant's text occurs once in its solution file,
+checks, unique check names and mistake ids, every mistake with its evidence, every core stage with at
+least one of the articles' numbers. Where the full repo is present (solutions/ and attn_ref/ beside the
+package): every mistake with its one-edit mutant, whose text occurs once in its solution file,
 each `mistakes:` evidence function exists, and each check's rule sentence is in the stage's docstrings
 or is one of the kit-wide rules of the student README.
 """
@@ -35,8 +35,13 @@ def _fail(stage: Stage, field: str, why: str) -> None:
     raise DeclarationError(f"stage {stage.name!r} (autograder/stages/), field `{field}`: {why}")
 
 
-def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, extra_rules: set[str] = frozenset()) -> None:
-    """Raise DeclarationError for the first thing in `stages` that does not hold together."""
+def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, extra_rules: set[str] = frozenset(),
+                       mutants: bool | None = None) -> None:
+    """Raise DeclarationError for the first thing in `stages` that does not hold together. `mutants`: whether
+    each mistake must carry its mutant (by default where the solutions are: the release strips the mutants
+    from the stage modules it ships, since their text is solution code)."""
+    if mutants is None:
+        mutants = solutions is not None and solutions.is_dir()
     seen_names, seen_numbers, seen_ids = {}, {}, {}
     for s in stages:
         if not s.name.isidentifier() or s.name in seen_names:
@@ -64,7 +69,7 @@ def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, 
             if m.id in seen_ids:
                 _fail(s, f"mistakes[{i}].id", f"{m.id!r} is also declared by stage {seen_ids[m.id]!r}")
             seen_ids[m.id] = s.name
-            _mistake(s, i, m, solutions)
+            _mistake(s, i, m, solutions, mutants)
         for p in s.probes:
             if p.file not in s.files:
                 _fail(s, "probes", f"probe {p.name} reads {p.file}, not one of the stage's files {s.files}")
@@ -73,7 +78,7 @@ def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, 
             _rules(s, solutions, extra_rules)
 
 
-def _mistake(s: Stage, i: int, m, solutions: Path | None) -> None:
+def _mistake(s: Stage, i: int, m, solutions: Path | None, mutants: bool) -> None:
     field = f"mistakes[{i}] ({m.id})"
     kind, _, target = m.evidence.partition(":")
     if kind == "check":  # a check of the stage, or a function of its module that its checks use
@@ -89,7 +94,7 @@ def _mistake(s: Stage, i: int, m, solutions: Path | None) -> None:
             _fail(s, f"{field}.evidence", f"attn_ref.mistakes has no function {target!r}")
     else:
         _fail(s, f"{field}.evidence", "say what recognises it: 'check:<check name>' or 'mistakes:<function>'")
-    if not m.mutant:
+    if mutants and not m.mutant:
         _fail(s, f"{field}.mutant", "each mistake comes with the one edit of the solutions that makes it")
     for e in m.mutant:
         path = solutions / e.file if solutions is not None else None
