@@ -90,7 +90,7 @@ def gqa_decode(
     q, k, v = project_qkv(x, w_q, w_k, w_v)
     q = split_heads(q, n_heads)  # [..., n_heads, t, d_head]
     k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # [..., n_kv_heads, t, d_head]
-    if cache is not None:
+    if cache:  # (k, v) of the L cached tokens, which come first
         k = np.concatenate([cache[0], k], axis=-2)  # [..., n_kv_heads, L + t, d_head]
         v = np.concatenate([cache[1], v], axis=-2)
     allowed = causal_mask(t, k.shape[-2])  # [t, L + t], bottom-right

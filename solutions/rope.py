@@ -63,7 +63,7 @@ def rope_decode(
     t = q.shape[-2]
     L = 0 if cache is None else cache[0].shape[-2]
     q, k = rotate(q, offset=L), rotate(k, offset=L)  # positions L .. L + t - 1
-    if cache is not None:
+    if L:  # the L cached tokens come first
         k = np.concatenate([cache[0], k], axis=-2)  # [..., L + t, d_k]
         v = np.concatenate([cache[1], v], axis=-2)  # [..., L + t, d_v]
     out, _ = attention(q, k, v, causal_mask(t, L + t))  # [..., t, d_v]
