@@ -280,7 +280,7 @@ def rope_attention_variants(q, k, v, causal=True):
 
 def rope_decode_variants(q, k, v, chunks):
     """id -> outputs of decoding in `chunks` with a rotary mistake: positions restarted at 0 in every
-    call (no offset under the cache), or the values turned too."""
+    call (no offset under the cache), neighbouring features paired, or the values turned too."""
     q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
     no_offset, k_cache, start = [], [], 0
     for t in chunks:
@@ -291,6 +291,9 @@ def rope_decode_variants(q, k, v, chunks):
                                         core.causal_allowed(t, end))[0])
         start = end
     out = {"rope-no-offset": np.concatenate(no_offset, axis=-2)}
+    allowed = core.causal_allowed(q.shape[-2])
+    out["rope-interleaved"] = [core.attention(a, b, v, allowed)[0]
+                               for a, b in zip(rotate_interleaved(q), rotate_interleaved(k))]
     if v.shape[-1] % 2 == 0:
         out["rope-rotates-v"] = rope.rope_attention(q, k, rope.rotate(v))
     return out
