@@ -5,7 +5,7 @@ names a mistake only when the student's output matches it and not the correct on
 """
 import numpy as np
 
-from . import core
+from . import core, rope
 
 F64 = np.float64
 
@@ -227,3 +227,73 @@ def backward_variants(q, k, v, d_out, causal=True):
 
 def costs_variants(n_tokens, n_layers, n_kv_heads, d_head, batch=1):
     return {"costs-kv-missing-factor-2": core.kv_cache_floats(n_tokens, n_layers, n_kv_heads, d_head, batch) // 2}
+
+
+# -- bonus: grouped-query attention -------------------------------------------------------------
+def repeat_kv_tiled(kv, n_rep):
+    """The key/value heads repeated as a whole block (0, 1, 0, 1) instead of each in place (0, 0, 1, 1)."""
+    kv = np.asarray(kv, dtype=F64)
+    return np.concatenate([kv] * n_rep, axis=-3)
+
+
+def gqa_tiled(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, causal=True):
+    """Grouped-query attention where query head h reads key/value head h % n_kv_heads."""
+    x = np.asarray(x, dtype=F64)
+    n = x.shape[-2]
+    q, k, v = core.project_qkv(x, w_q, w_k, w_v)
+    q = core.split_heads(q, n_heads)
+    k, v = (repeat_kv_tiled(core.split_heads(t, n_kv_heads), n_heads // n_kv_heads) for t in (k, v))
+    out, _ = core.attention(q, k, v, core.causal_allowed(n) if causal else None)
+    return core.merge_heads(out) @ np.asarray(w_o, dtype=F64)
+
+
+# -- bonus: rotary position embedding -----------------------------------------------------------
+def _turn(a, b, n, d, offset, base):
+    angle = np.outer(np.arange(offset, offset + n), base ** (-np.arange(0, d, 2) / d))
+    return a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)
+
+
+def rotate_interleaved(x, offset=0, base=10000.0):
+    """Rotary embedding pairing features (2j, 2j + 1) instead of (j, j + d/2): written back in place,
+    or written as two halves."""
+    x = np.asarray(x, dtype=F64)
+    n, d = x.shape[-2], x.shape[-1]
+    a, b = _turn(x[..., 0::2], x[..., 1::2], n, d, offset, base)
+    return [np.stack([a, b], axis=-1).reshape(x.shape), np.concatenate([a, b], axis=-1)]
+
+
+def rope_attention_variants(q, k, v, causal=True):
+    """id -> outputs of rope_attention with one rotary mistake."""
+    q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    allowed = core.causal_allowed(n_q, n_k) if causal else None
+
+    def run(qr, kr, vr):
+        return core.attention(qr, kr, vr, allowed)[0]
+
+    qr, kr = rope.rotate(q, n_k - n_q), rope.rotate(k)
+    out = {"rope-interleaved": [run(a, b, v) for a, b in zip(rotate_interleaved(q, n_k - n_q), rotate_interleaved(k))]}
+    if v.shape[-1] % 2 == 0:  # v turned as the keys are (at the key positions), or at the queries' offset
+        out["rope-rotates-v"] = [run(qr, kr, rope.rotate(v)), run(qr, kr, rope.rotate(v, n_k - n_q))]
+    return out
+
+
+def rope_decode_variants(q, k, v, chunks):
+    """id -> outputs of decoding in `chunks` with a rotary mistake: positions restarted at 0 in every
+    call (no offset under the cache), neighbouring features paired, or the values turned too."""
+    q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
+    no_offset, k_cache, start = [], [], 0
+    for t in chunks:
+        end = start + t
+        k_cache.append(rope.rotate(k[..., start:end, :]))  # each call rotates from position 0
+        keys = np.concatenate(k_cache, axis=-2)
+        no_offset.append(core.attention(rope.rotate(q[..., start:end, :]), keys, v[..., :end, :],
+                                        core.causal_allowed(t, end))[0])
+        start = end
+    out = {"rope-no-offset": np.concatenate(no_offset, axis=-2)}
+    allowed = core.causal_allowed(q.shape[-2])
+    out["rope-interleaved"] = [core.attention(a, b, v, allowed)[0]
+                               for a, b in zip(rotate_interleaved(q), rotate_interleaved(k))]
+    if v.shape[-1] % 2 == 0:
+        out["rope-rotates-v"] = rope.rope_attention(q, k, rope.rotate(v))
+    return out

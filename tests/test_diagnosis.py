@@ -71,16 +71,32 @@ CORRECT_BUT_DIFFERENT = {
                                             "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"),
                                            ("return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)",
                                             "return sdpa(q, k, v, dropout_p=p, is_causal=True)")]},
+    "gqa heads repeated by broadcast and reshape": {"gqa.py": [(
+        "    return np.repeat(kv, n_rep, axis=-3)",
+        "    *lead, g, n, d = kv.shape\n"
+        "    return np.broadcast_to(kv[..., None, :, :], (*lead, g, n_rep, n, d)).reshape(*lead, g * n_rep, n, d)")]},
+    "rope with complex numbers": {"rope.py": [(
+        "    a, b = x[..., :half], x[..., half:]",
+        "    z = (x[..., :half] + 1j * x[..., half:]) * (cos + 1j * sin)\n"
+        "    a, b = z.real, z.imag\n"
+        "    cos, sin = np.ones_like(cos), np.zeros_like(sin)")]},
+    "rope cache of keys not yet rotated": {"rope.py": [(
+        "    q, k = rotate(q, offset=L), rotate(k, offset=L)  # positions L .. L + t - 1\n",
+        ""), ("out, _ = attention(q, k, v, causal_mask(t, L + t))",
+              "out, _ = attention(rotate(q, offset=L), rotate(k), v, causal_mask(t, L + t))")]},
 }
+BONUS_OF_FILE = {f: s.name for s in STAGES if s.bonus for f in s.files}
 
 
 @pytest.mark.parametrize("name", sorted(CORRECT_BUT_DIFFERENT))
 def test_no_false_alarm(tmp_path, name):
     edits = CORRECT_BUT_DIFFERENT[name]
-    stages = NUMPY if "fused.py" not in edits else ["fused"]
+    bonus = sorted({BONUS_OF_FILE[f] for f in edits if f in BONUS_OF_FILE})
+    stages = bonus or (NUMPY if "fused.py" not in edits else ["fused"])
     res = grade(variant(tmp_path, edits), stages=stages)
-    assert res.score == res.max_score, [(r.check.id, r.message[:300]) for s in res.stages.values()
-                                        for r in s.checks if not r.passed]
+    assert set(res.stages) == set(stages)
+    assert all(s.score == s.max_score > 0 for s in res.stages.values()), [
+        (r.check.id, r.message[:300]) for s in res.stages.values() for r in s.checks if not r.passed]
     assert not named(res)
 
 

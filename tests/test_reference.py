@@ -135,3 +135,66 @@ def test_decode_flop_count_skips_the_dynamo_import_and_counts_the_same():
     )
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads,causal", [(4, 2, True), (6, 3, False), (4, 1, True), (4, 4, True)])
+def test_reference_gqa_agrees_with_sdpa(n_heads, n_kv_heads, causal):
+    """attn_ref's grouped-query attention (a loop over query heads) equals torch's SDPA with enable_gqa."""
+    from attn_ref import gqa
+
+    rng = np.random.default_rng(4)
+    B, T, C = 2, 5, 12
+    d_head = C // n_heads
+    x = rng.standard_normal((B, T, C))
+    w_q, w_o = rng.standard_normal((C, C)), rng.standard_normal((C, C))
+    w_k, w_v = rng.standard_normal((C, n_kv_heads * d_head)), rng.standard_normal((C, n_kv_heads * d_head))
+
+    def heads(a, h):  # [B, T, h * d_head] -> [B, h, T, d_head]
+        return torch.tensor(a).view(B, T, h, d_head).transpose(1, 2)
+
+    y = F.scaled_dot_product_attention(heads(x @ w_q, n_heads), heads(x @ w_k, n_kv_heads),
+                                       heads(x @ w_v, n_kv_heads), is_causal=causal, enable_gqa=True)
+    want = y.transpose(1, 2).reshape(B, T, C).numpy() @ w_o
+    got = gqa.grouped_query_attention(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, causal)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+    if 1 < n_kv_heads < n_heads:  # the tile-order mistake is a different answer exactly when groups are mixed
+        from attn_ref import mistakes
+
+        assert not np.allclose(mistakes.gqa_tiled(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, causal), want)
+    with pytest.raises(ValueError):
+        gqa.grouped_query_attention(x, w_q, w_k, w_v, w_o, 4, 3)
+
+
+def test_reference_rope_by_hand_and_by_distance():
+    """Hand values of the rotate-half convention, base 10,000; scores depend on the distance only."""
+    from attn_ref import mistakes, rope
+
+    # d = 4: pair 0 = features (0, 2) at frequency 1, pair 1 = features (1, 3) at 10,000 ** (-1/2) = 0.01
+    x = np.array([[0.0, 1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(rope.rotate(x, offset=3), [[0.0, np.cos(0.03), 0.0, np.sin(0.03)]], atol=1e-15)
+    np.testing.assert_allclose(rope.rotate(np.array([[1.0, 0.0]]), offset=1), [[np.cos(1.0), np.sin(1.0)]])
+    np.testing.assert_allclose(rope.rotate(x, offset=0), x)  # position 0 is not turned
+    rng = np.random.default_rng(5)
+    q0, k0 = rng.standard_normal(8), rng.standard_normal(8)
+    s = rope.rotate(np.tile(q0, (6, 1))) @ rope.rotate(np.tile(k0, (6, 1)), offset=10).T
+    for lag in range(-5, 6):
+        assert np.ptp(np.diagonal(s, offset=lag)) < 1e-12
+    assert np.ptp(np.diagonal(s[::-1])) > 1e-3
+    x = rng.standard_normal((3, 5, 8))
+    np.testing.assert_allclose(np.linalg.norm(rope.rotate(x, 7), axis=-1), np.linalg.norm(x, axis=-1))
+    assert all(not np.allclose(m, rope.rotate(x, 7)) for m in mistakes.rotate_interleaved(x, 7))
+
+
+def test_reference_rope_decode_equals_the_full_forward_and_the_no_offset_mistake_does_not():
+    from attn_ref import mistakes, rope
+
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 6, 4)), rng.standard_normal((2, 6, 2))
+    outs, cache, start = [], None, 0
+    for t in (2, 1, 3):
+        out, cache = rope.rope_decode(q[:, start:start + t], k[:, start:start + t], v[:, start:start + t], cache)
+        outs.append(out)
+        start += t
+    full = rope.rope_attention(q, k, v, True)
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), full, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(mistakes.rope_decode_variants(q, k, v, [2, 1, 3])["rope-no-offset"], full)
