@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT, SOLUTIONS, clean_env, fresh_venv
 
 from autograder.instructor.build import kit_wheel, requirement_pins
+from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
@@ -44,4 +45,5 @@ def test_a_venv_with_only_the_wheel_grades_the_solutions_from_elsewhere(tmp_path
     p = subprocess.run([str(venv / "bin" / "python"), "-m", "autograder", "grade", "--submission", str(SOLUTIONS),
                         "--json", str(work / "r.json")], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert re.search(r"total\s+100/100", p.stdout) and re.search(r"bonus\s+30/30", p.stdout), p.stdout
+    assert re.search(rf"total\s+{CORE_POINTS}/{CORE_POINTS}", p.stdout), p.stdout
+    assert re.search(rf"bonus\s+{BONUS_POINTS}/{BONUS_POINTS}", p.stdout), p.stdout
