@@ -23,12 +23,23 @@ GRADER_ROOT = ROOT / "autograder"
 # cycles, platforms, the toy stages' builds), README-command runs, the cgroup run, the fairness variants,
 # other seeds, and each catalogued mistake beyond the first of its stage.
 SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
-              "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py"}
+              "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py",
+              "test_class_report.py"}
 SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm",
               "test_a_new_stage_is_three_files_and_every_build_picks_it_up",
               "test_the_toy_stages_reach_totals_tables_and_the_next_step",
               "test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one",
-              "test_symlink_to_the_reference_earns_nothing_through_the_zip"}
+              "test_symlink_to_the_reference_earns_nothing_through_the_zip",
+              # batches, fork servers and whole-kit runs: each module keeps a quicker test in the fast tier
+              "test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade",
+              "test_the_fork_server_option_grades_the_same_and_puts_the_modes_back",
+              "test_a_submission_that_kills_the_fork_server_costs_only_its_own_points",
+              "test_regrade_folder", "test_regrade_children_cannot_touch_the_batch_home_or_checkout",
+              "test_torch_stage_crash_leaves_numpy_stages", "test_the_secret_never_travels_on_a_command_line",
+              "test_a_decoy_sdpa_call_does_not_hide_the_scores_from_the_memory_check",
+              "test_grade_one_replaces_a_dead_server", "test_every_target_of_the_student_makefile_runs",
+              "test_the_release_makefile_is_student_mk", "test_regrade_reads_a_linked_file_as_missing_work",
+              "test_endless_loop_costs_only_its_stage"}
 
 
 def pytest_configure(config) -> None:
