@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..records import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
@@ -101,6 +101,8 @@ stage may be written in more than one file ({shared}):
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.
+- {INPUTS_RULE}: every call the grader makes checks it, and a call that changes one fails its check,
+  naming the argument.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
   as imports). A call that hangs, crashes or exits loses its own check, and the next check runs in a
   fresh process; after a second such call the stage's remaining checks are not run. Every other stage

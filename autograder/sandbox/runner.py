@@ -76,6 +76,7 @@ class Worker:
         self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
+        self.changed: list[dict] = []
         self._next_id = 0
         self._buf = b""
 
@@ -189,6 +190,7 @@ class Worker:
             raise self._died("the child answered out of turn")
         if not reply["ok"]:
             raise StudentError(reply["error"])
+        self.changed = reply.get("changed") or []  # arguments the call modified in place (child/invariants.py)
         return reply["value"]
 
     def _read_line(self, timeout: float) -> bytes:
