@@ -116,7 +116,7 @@ def apply_mask_reference(api, ctx):
 
 
 @STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
-              rule="Raises ValueError if some query row has no allowed key at all.")
+              rule="Raises ValueError if some query row has no allowed key at all")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
