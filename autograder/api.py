@@ -27,11 +27,13 @@ def inputs_changed(changed: list[dict]) -> str:
 
 
 class StudentAPI:
-    """`called` lists the names called since it was last emptied (the grader empties it per check)."""
+    """`called` lists the names called since it was last emptied, `printed` what those calls printed (the
+    grader empties both per check)."""
 
     def __init__(self, worker) -> None:
         self.worker = worker
         self.called: list[str] = []
+        self.printed = ""
 
     def __getattr__(self, name: str):
         if name not in TARGETS:
@@ -41,7 +43,10 @@ class StudentAPI:
 
     def _call(self, target: str, *args, **kwargs):
         """The child's answer; a failure when the call modified an argument in place, whatever it returned."""
-        value = self.worker.call(target, *args, **kwargs)
+        try:
+            value = self.worker.call(target, *args, **kwargs)
+        finally:  # a call that raised, hung or crashed may have printed the very clue
+            self.printed += getattr(self.worker, "printed", "")
         if getattr(self.worker, "changed", None):
             raise Fail(inputs_changed(self.worker.changed))
         return value

@@ -21,6 +21,7 @@ from typing import Callable
 
 from ..records import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.gradescope_json import DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
+from ..sandbox.runner import PRINTED_LIMIT
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
 from .tables import student_table, student_totals
@@ -104,10 +105,14 @@ stage may be written in more than one file ({shared}):
 - {INPUTS_RULE}: every call the grader makes checks it, and a call that changes one fails its check,
   naming the argument.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
-  as imports). A call that hangs, crashes or exits loses its own check, and the next check runs in a
-  fresh process; after a second such call the stage's remaining checks are not run. Every other stage
+  as imports). A call that hangs, crashes or exits loses its own check (for a hang, the report names
+  the line of yours it was running), and the next check runs in a fresh process; after a second such call the stage's remaining checks are not run. Every other stage
   is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
+- What your code prints (`print()`, anything on stdout or stderr) never reaches the grader's
+  verdict: it is kept per check, and shown under a failing check in `make grade` (its first 12
+  lines; `make grade V=1` all of it, up to {PRINTED_LIMIT:,} characters a check), in `make watch` and
+  in `report.html`. A passing check's prints are not shown.
 
 ## What your code may use
 
