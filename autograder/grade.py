@@ -133,7 +133,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             site = getattr(e, "where", None)
             results.append(failed(c, f"your code did not finish: {e}",
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
-                                  where=Where(site[0], site[2], site[1]) if site else None))
+                                  where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called)))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
         except Exception as e:  # noqa: BLE001 - an odd return value the check could not read
