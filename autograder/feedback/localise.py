@@ -29,7 +29,7 @@ class Probe:
     function: str
     args: tuple
     expected: Callable  # ref -> the right answer
-    judge: Callable  # (got, want, ref) -> None when right, else (diagnosis id or None, evidence)
+    judge: Callable  # (got, want, ref) -> None when right, else (diagnosis id or None, evidence[, line pattern])
 
 
 def _rng() -> np.random.Generator:
@@ -120,9 +120,14 @@ def _module(got, want, ref):
 
 
 def _cache_probe(got, want, ref):
+    """Chunks of 3, 1 and 2 positions appended to an empty cache of max_len 6, which they fill exactly."""
     lengths, ok = list(got.get("lengths", [])), list(got.get("prefix_ok", []))
     if lengths == [0, 3, 4, 6] and ok == [True] * 3 and not got.get("error"):
         return None
+    if got.get("error"):  # the cache refused positions that fit: what it holds was never wrong, so no contents claim
+        return (None, f"appending chunks of 3, 1 and 2 positions to an empty cache of max_len 6, which they fill "
+                f"exactly, raised {got['error']} after lengths {lengths}: positions that fit were refused "
+                "(t new positions fit while length + t <= max_len)", r"max_len")
     return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` read "
             f"{lengths} (expected [0, 3, 4, 6]) and the filled part returned equalled what was appended: {ok}")
 
@@ -165,7 +170,7 @@ PROBES: list[Probe] = [
        lambda r: r.multi_head_attention(X58, WQ, WK, WV, WO, 2), _array({"d_k": 4, "n_heads": 2, "n_q": 5, "n_k": 5})),
     _p("heads", "module_forward", "module.py", "forward", (XB, WQKV, WOUT, 2),
        lambda r: r.module_forward(XB, WQKV, WOUT, 2), _module),
-    _p("kv_cache", "kv_cache_probe", "kv_cache.py", "append", (1, 2, 8, 4, [3, 1, 2]), lambda r: None, _cache_probe),
+    _p("kv_cache", "kv_cache_probe", "kv_cache.py", "append", (1, 2, 6, 4, [3, 1, 2]), lambda r: None, _cache_probe),
     _p("kv_cache", "module_decode", "module.py", "forward", (XB, WQKV, WOUT, 2, [3, 1, 2]),
        lambda r: r.module_forward(XB, WQKV, WOUT, 2), _decode),
 ]
@@ -192,6 +197,7 @@ def prime(ref) -> None:
 
 def locate(api, ref, stage: str, submission: Path) -> Located | None:
     """The first function, over `stage` and the stages it calls, whose own output on a probe is wrong."""
+    right: set[str] = set()  # the probes whose answer was right: evidence a later claim may need
     for p in (p for s in _closure(stage) for p in PROBES if p.stage == s):
         try:
             got = getattr(api, p.name)(*p.args)
@@ -204,17 +210,19 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
             if where is None:
                 return None
             file, func, line = where
-            return Located(p.stage, file, func, line, *_error_diagnosis(p, info))
+            return Located(p.stage, file, func, line, *_error_diagnosis(p, info, right))
         except StudentAborted:
             return None
         except Exception:  # noqa: BLE001 - a probe whose answer is missing (fixtures) or unreadable: no claim
             continue
         if found is not None:
-            diagnosis, evidence = found
+            diagnosis, evidence, *pattern = found
             func = _follow_return(submission, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
                 else p.function
-            line = line_in(submission, p.file, func, diagnosis)
+            line = (pattern and _first_match(submission, p.file, func, pattern[0])) or \
+                line_in(submission, p.file, func, diagnosis)
             return Located(p.stage, p.file, func, line or 0, diagnosis, evidence) if line else None
+        right.add(p.name)
     return None
 
 
@@ -230,8 +238,11 @@ def _error_place(info: dict, p: Probe, submission: Path) -> tuple[str, str, int]
     return None
 
 
-def _error_diagnosis(p: Probe, info: dict) -> tuple[str | None, str]:
-    if p.name == "module_decode" and info.get("type") == "ValueError" and info.get("file") == "kv_cache.py":
+def _error_diagnosis(p: Probe, info: dict, right: set[str]) -> tuple[str | None, str]:
+    # claimed only where the kv_cache probe saw append alone fill a cache of the same max_len exactly: then
+    # the cache is full only because forward appended more than it was given (not a capacity test off by one)
+    if p.name == "module_decode" and info.get("type") == "ValueError" and info.get("file") == "kv_cache.py" \
+            and "kv_cache_probe" in right:
         return ("inferred-cache-contents", "feeding 6 tokens in chunks of 3, 1 and 2 into a cache of max_len 6 "
                 f"filled it before the end ({info.get('message', '')}): forward writes more positions than it is given")
     return None, f"raised {info.get('type')}: {info.get('message', '')}"
@@ -274,6 +285,11 @@ def _body_lines(submission: Path, file: str, func: str) -> list[tuple[int, str]]
     first, last = body[0].lineno, node.end_lineno or body[-1].lineno
     return [(i, lines[i - 1]) for i in range(first, last + 1)
             if lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")]
+
+
+def _first_match(submission: Path, file: str, func: str, pattern: str) -> int | None:
+    hits = [i for i, text in _body_lines(submission, file, func) if re.search(pattern, text.split("#")[0])]
+    return hits[0] if hits else None
 
 
 def _last_match(submission: Path, file: str, func: str, pattern: str) -> int | None:

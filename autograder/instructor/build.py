@@ -106,8 +106,8 @@ stage may be written in more than one file ({shared}):
   naming the argument.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
   as imports). A call that hangs, crashes or exits loses its own check (for a hang, the report names
-  the line of yours it was running), and the next check runs in a fresh process; after a second such call the stage's remaining checks are not run. Every other stage
-  is still graded.
+  the line of yours it was running), and the next check runs in a fresh process; after a second
+  such call the stage's remaining checks are not run. Every other stage is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
 - What your code prints (`print()`, anything on stdout or stderr) never reaches the grader's
   verdict: it is kept per check, and shown under a failing check in `make grade` (its first 12
