@@ -125,8 +125,6 @@ def test_mistake_is_caught_and_named(tmp_path, mistake):
     assert res.stages[stages[0]].score < res.stages[stages[0]].max_score, f"{stages[0]} lost no points"
     assert named(res) == {mistake}, (named(res), [(r.check.id, r.message[:200]) for s in res.stages.values()
                                                   for r in s.checks if not r.passed])
-    # precision: localisation claims nothing else either (shown or not)
-    assert {loc.diagnosis for loc in res.located.values() if loc.diagnosis} <= {mistake}, res.located
     assert res.stages[home].status == "failed"
     assert mistake in terminal(res)
 

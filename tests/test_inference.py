@@ -72,7 +72,7 @@ NEW: dict[str, tuple[dict, list[str], str | None, tuple[str, str, str]]] = {
     "apply_mask with -1e4": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
                                               "return np.where(allowed, scores, -1e4)")]}, NP, None,
                              ("masking.py", "apply_mask", "-1e4")),
-    "mask from the top-left plus one": ({"masking.py": [(MASK, "    return j <= i + 1")]}, NP, None,
+    "mask from the top-left plus one": ({"masking.py": [(MASK, "    return j <= i + 1")]}, NP, "inferred-mask-pattern",
                                         ("masking.py", "causal_mask", "j <= i + 1")),
     "module softmax over the queries": ({"module.py": [("return scores.softmax(dim=-1) @ v",
                                                         "return scores.softmax(dim=-2) @ v")]}, ["heads"], None,
@@ -103,10 +103,9 @@ def named(res) -> set[str]:
 
 
 def claims(res) -> set[str]:
-    """Every diagnosis the record claims anywhere: on its checks (each of a combined 'a+b') and in its
-    localisation, shown or not."""
-    found = {d for s in res.stages.values() for r in s.checks for d in r.diagnoses}
-    return found | {loc.diagnosis for loc in res.located.values() if loc.diagnosis}
+    """Every diagnosis the reports show: each check's (each of a combined 'a+b'). A localisation's inferred id
+    is shown only when it is put on a check (localise.attach)."""
+    return {d for s in res.stages.values() for r in s.checks for d in r.diagnoses}
 
 
 def test_the_capacity_off_by_one_is_not_named_cache_contents(tmp_path):
@@ -119,6 +118,7 @@ def test_the_capacity_off_by_one_is_not_named_cache_contents(tmp_path):
     assert res.stages["kv_cache"].status == "failed"
     assert not claims(res), (claims(res), res.located)
     loc = res.located["kv_cache"]
+    assert loc.diagnosis is None
     assert (loc.file, loc.function) == (file, function)
     assert (sub / file).read_text().splitlines()[loc.line - 1].strip() == text
     assert f"{file}:{loc.line}" in res.next_step
