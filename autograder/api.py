@@ -8,22 +8,48 @@ import zlib
 
 import numpy as np
 
-from .outcomes import CannotReplay
+from .outcomes import CannotReplay, Fail
+from .records import INPUTS_RULE
 from .stages import FUNCTIONS, TARGETS
 
 
+def inputs_changed(changed: list[dict]) -> str:
+    """The failure of a call that modified the caller's arrays in place, naming each argument."""
+    by_function: dict[str, list[str]] = {}
+    for c in changed:
+        names = by_function.setdefault(str(c["function"]), [])
+        if str(c["argument"]) not in names:
+            names.append(str(c["argument"]))
+    said = "; ".join(f"{fn} changed its argument{'s' if len(a) > 1 else ''} {', '.join(f'`{n}`' for n in a)} in place"
+                     for fn, a in by_function.items())
+    return (f"{said}: after the call the caller's array holds other values. {INPUTS_RULE}: compute into new "
+            "arrays (`x = x - m`, not `x -= m`, `out=x` or `x[i] = ...` on an argument)")
+
+
 class StudentAPI:
-    """`called` lists the names called since it was last emptied (the grader empties it per check)."""
+    """`called` lists the names called since it was last emptied, `printed` what those calls printed (the
+    grader empties both per check)."""
 
     def __init__(self, worker) -> None:
         self.worker = worker
         self.called: list[str] = []
+        self.printed = ""
 
     def __getattr__(self, name: str):
         if name not in TARGETS:
             raise AttributeError(name)
         self.called.append(name)
-        return functools.partial(self.worker.call, TARGETS[name])
+        return functools.partial(self._call, TARGETS[name])
+
+    def _call(self, target: str, *args, **kwargs):
+        """The child's answer; a failure when the call modified an argument in place, whatever it returned."""
+        try:
+            value = self.worker.call(target, *args, **kwargs)
+        finally:  # a call that raised, hung or crashed may have printed the very clue
+            self.printed += getattr(self.worker, "printed", "")
+        if getattr(self.worker, "changed", None):
+            raise Fail(inputs_changed(self.worker.changed))
+        return value
 
     def measure(self, name: str, *args, **kwargs):
         """(value, peak bytes) of `name` run alone in a fresh child (sandbox.Worker.measure)."""

@@ -23,7 +23,7 @@ from .feedback.sources import def_line_number, enclosing_function, reached_files
 from .outcomes import CannotReplay, Fail, GraderBug, MissingFixture, StudentAborted, StudentError, StudentTimeout
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
-from .sandbox.runner import Worker, protections
+from .sandbox.runner import Worker, capped, protections
 from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 from .stages.fixtures import Replayer, load
@@ -108,7 +108,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
     aborted, stopped = None, 0
     for c in checks_to_run(stage, public_only):
-        api.called = []
+        api.called, api.printed = [], ""
         if missing:
             results.append(not_run(c, f"{', '.join(missing)} missing from the submission", Failure.MISSING))
             continue
@@ -133,17 +133,20 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             stopped += 1
             if stopped >= ABORTS_PER_STAGE:  # twice: it will not finish; the rest of the stage is not run
                 aborted = f"an earlier check of this stage did not finish ({e})"
+            site = getattr(e, "where", None)
             results.append(failed(c, f"your code did not finish: {e}",
-                                  Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH))
+                                  Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
+                                  where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called)))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
         except Exception as e:
             if not check_at_fault(c, ctx, e):  # an odd value the student returned, which the check could not read
                 results.append(failed(c, f"could not read your result: {type(e).__name__}: {e}", Failure.UNREADABLE))
-                continue
-            if os.environ.get(STRICT):  # the project's tests: a fault in a check fails loudly
+            elif os.environ.get(STRICT):  # the project's tests: a fault in a check fails loudly
                 raise GraderBug(f"check {c.id} raised {type(e).__name__}: {e}") from e
-            results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
+            else:
+                results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
+        results[-1].output = capped(api.printed)
     return results
 
 

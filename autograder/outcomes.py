@@ -27,7 +27,12 @@ class StudentAborted(Exception):
 
 
 class StudentTimeout(StudentAborted):
-    """No answer within the time limit of one call."""
+    """No answer within the time limit of one call. `where` is (file, line, function) of the submission line
+    it was running, when the child's stack showed one."""
+
+    def __init__(self, message: str, where: tuple[str, int, str] | None = None) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class StudentCrash(StudentAborted):

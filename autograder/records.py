@@ -10,8 +10,10 @@ from typing import Callable, NamedTuple
 KINDS = ("worked", "reference", "property")
 VISIBILITIES = ("public", "hidden")
 # The kit-wide rules, written in the student README (autograder/instructor/build.py) word for word. A check
-# names the sentence it enforces: these two for worked and reference checks unless it names its own.
+# names the sentence it enforces: these two for worked and reference checks unless it names its own. INPUTS_RULE
+# is checked around every call of student code (autograder/child/invariants.py, api.StudentAPI).
 WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
+INPUTS_RULE = "Your functions leave the arrays and tensors they are given as they were"
 DEFAULTS_RULE = "Default argument values are part of the contract: keep the defaults of the stubs' signatures"
 REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
                   "random inputs of every shape its docstring allows")
@@ -93,7 +95,7 @@ class Probe:
     function: str
     args: tuple
     expected: Callable  # ref -> the right answer
-    judge: Callable  # (got, want, ref) -> None when right, else (diagnosis id or None, evidence)
+    judge: Callable  # (got, want, ref) -> None when right, else (diagnosis id or None, evidence[, line pattern])
     stage: str = ""  # filled in when the stages are collected
     prime: Callable | None = None  # ref -> None: asks the reference the further answers `judge` needs
 

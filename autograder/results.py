@@ -83,6 +83,7 @@ class CheckResult:
     note: str = ""  # what a passing check measured (costs), shown in the report
     arrays: dict | None = None  # expected / got / bad cells of the first mismatch (HTML report)
     called: tuple[str, ...] = ()  # the names of the student's functions (and drivers) the check called
+    output: str = ""  # what the student's code printed during the check (stdout and stderr, capped)
 
     @property
     def passed(self) -> bool:
@@ -114,7 +115,8 @@ class CheckResult:
         return {"stage": self.check.stage, "check": self.check.name, "status": str(self.status),
                 "score": self.score, "max_score": self.check.points,
                 "failure": str(self.failure) if self.failure else None, "diagnoses": self.diagnoses,
-                "where": vars(self.where) if self.where else None, "message": self.message, "note": self.note}
+                "where": vars(self.where) if self.where else None, "message": self.message, "note": self.note,
+                "output": self.output}
 
 
 @dataclass

@@ -28,5 +28,6 @@ class KVCache:
         """Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].
 
         Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.
+        They fit while length + t <= max_len: a fill that ends exactly at max_len is fine.
         """
         raise NotImplementedError("kv_cache: write this part of KVCache.append")

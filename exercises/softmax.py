@@ -13,7 +13,9 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     scores: any shape, any float dtype; `-inf` marks a forbidden entry.
     Returns an array of the same shape. A `-inf` entry gets weight exactly 0.
     Raises ValueError when a slice along `axis` is entirely `-inf`
-    (there is nothing to share the weight among).
+    (there is nothing to share the weight among); each slice counts on its own, so one such
+    slice among good ones raises too.
+    `scores` itself is left as it was: the weights are a new array.
     Stable for large scores (e.g. +-1e4): the slice maximum is subtracted first,
     which changes no ratio because the common factor cancels.
     Adding the same number to every score in a slice leaves the weights unchanged.

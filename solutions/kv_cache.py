@@ -31,6 +31,7 @@ class KVCache:
         """Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].
 
         Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.
+        They fit while length + t <= max_len: a fill that ends exactly at max_len is fine.
         """
         # BEGIN SOLUTION
         t = k_new.shape[-2]

@@ -27,7 +27,8 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
 def apply_mask(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """Put -inf where `allowed` is False. scores [..., n_q, n_k]; allowed broadcasts to it.
 
-    Raises ValueError if some query row has no allowed key at all.
+    Raises ValueError if some query row has no allowed key at all (each row counts on its own;
+    a key that no query may see is fine). `scores` itself is left as it was: the result is a new array.
     """
     # BEGIN SOLUTION
     allowed = np.broadcast_to(allowed, scores.shape)

@@ -72,7 +72,7 @@ NEW: dict[str, tuple[dict, list[str], str | None, tuple[str, str, str]]] = {
     "apply_mask with -1e4": ({"masking.py": [("return np.where(allowed, scores, -np.inf)",
                                               "return np.where(allowed, scores, -1e4)")]}, NP, None,
                              ("masking.py", "apply_mask", "-1e4")),
-    "mask from the top-left plus one": ({"masking.py": [(MASK, "    return j <= i + 1")]}, NP, None,
+    "mask from the top-left plus one": ({"masking.py": [(MASK, "    return j <= i + 1")]}, NP, "inferred-mask-pattern",
                                         ("masking.py", "causal_mask", "j <= i + 1")),
     "module softmax over the queries": ({"module.py": [("return scores.softmax(dim=-1) @ v",
                                                         "return scores.softmax(dim=-2) @ v")]}, ["heads"], None,
@@ -82,6 +82,10 @@ NEW: dict[str, tuple[dict, list[str], str | None, tuple[str, str, str]]] = {
                                        ("heads.py", "merge_heads", "swapaxes(x, -3, -1)")),
     "scores divided by n_k": ({"scaling.py": [(SCALE, "    return (q @ np.swapaxes(k, -1, -2)) / k.shape[-2]")]},
                               ["scaling"], None, ("scaling.py", "scaled_scores", "k.shape[-2]")),
+    # refuses the fill that ends exactly at max_len: the cache's contents are never wrong, so no cache-contents name
+    "cache capacity test off by one": ({"kv_cache.py": [("        if end > self.max_len:\n",
+                                                         "        if end >= self.max_len:\n")]}, ["kv_cache"], None,
+                                       ("kv_cache.py", "append", "if end >= self.max_len:")),
 }
 
 FAST = [n for n, (_, stages, _, _) in NEW.items() if not {"heads", "kv_cache"} & set(stages)]
@@ -96,6 +100,39 @@ def _inside(path: Path, function: str, line: int) -> bool:
 
 def named(res) -> set[str]:
     return {d for s in res.stages.values() for d in s.diagnoses}
+
+
+def claims(res) -> set[str]:
+    """Every diagnosis the reports show: each check's (each of a combined 'a+b'). A localisation's inferred id
+    is shown only when it is put on a check (localise.attach)."""
+    return {d for s in res.stages.values() for r in s.checks for d in r.diagnoses}
+
+
+def test_the_capacity_off_by_one_is_not_named_cache_contents(tmp_path):
+    """A `>=` capacity test refuses a fill that fits; the cache never holds anything wrong, so the inferred
+    cache-contents name ("writes more positions than it is given") would be wrong: no name, and the pointer
+    goes to the comparison in append, not to forward."""
+    edits, stages, _, (file, function, text) = NEW["cache capacity test off by one"]
+    sub = variant(tmp_path, edits)
+    res = grade(sub, stages=stages)
+    assert res.stages["kv_cache"].status == "failed"
+    assert not claims(res), (claims(res), res.located)
+    loc = res.located["kv_cache"]
+    assert loc.diagnosis is None
+    assert (loc.file, loc.function) == (file, function)
+    assert (sub / file).read_text().splitlines()[loc.line - 1].strip() == text
+    assert f"{file}:{loc.line}" in res.next_step
+    failing = {r.check.name: r.message for r in res.stages["kv_cache"].checks if not r.passed}
+    assert "which fills the cache exactly" in failing["append_past_max_len_raises"]
+
+
+@pytest.mark.parametrize("mistake", sorted(NEW))
+def test_no_diagnosis_is_claimed_but_the_mistakes_own(tmp_path, mistake):
+    """Precision: over the new mistakes, a claimed name is the mistake's own (none where it has none). The
+    catalogued mutants are held to the same in tests/test_diagnosis.py."""
+    edits, stages, want, _ = NEW[mistake]
+    res = grade(variant(tmp_path, edits), stages=stages)
+    assert claims(res) <= ({want} if want else set()), (claims(res), res.located)
 
 
 @pytest.mark.parametrize("mistake", sorted(n for n, v in NEW.items() if v[2] in INFERRED_IDS))
@@ -199,12 +236,15 @@ def figures(out=sys.stdout) -> None:
             lines = (sub / file).read_text().splitlines() if (sub / file).exists() else []
             right_fn = bool(m_line) and (f"in {function}," in step or _inside(sub / file, function, line))
             right_line = right_fn and 0 < line <= len(lines) and bool(text) and text.split("#")[0].strip() in lines[line - 1]
-            rows.append((name, bool(named(res)), right_fn, right_line, bool(failed)))
-            print(f"{name:55s} named={rows[-1][1]!s:5} fn={right_fn!s:5} line={right_line!s:5}", file=out, flush=True)
+            wrong = claims(res) - ({want} if want else set())
+            rows.append((name, bool(named(res)), right_fn, right_line, bool(failed), bool(claims(res)), bool(wrong)))
+            print(f"{name:55s} named={rows[-1][1]!s:5} fn={right_fn!s:5} line={right_line!s:5} "
+                  f"wrong={sorted(wrong)}", file=out, flush=True)
     for label, part in (("catalogued", [r for r in rows if r[0].startswith("catalogue")]),
                         ("new", [r for r in rows if r[0].startswith("new")])):
         print(f"{label}: {len(part)} mistakes, named {sum(r[1] for r in part)}, pointer in the right function "
-              f"{sum(r[2] for r in part)}, on the right line {sum(r[3] for r in part)}", file=out)
+              f"{sum(r[2] for r in part)}, on the right line {sum(r[3] for r in part)}; claimed a name "
+              f"{sum(r[5] for r in part)}, a wrong one {sum(r[6] for r in part)}", file=out)
 
 
 if __name__ == "__main__":

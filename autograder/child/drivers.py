@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from autograder.child import invariants
+
 torch.set_num_threads(max(1, torch.get_num_threads()))
 _SDPA = F.scaled_dot_product_attention
 
@@ -59,7 +61,7 @@ def module_forward(x, qkv_weight, out_weight, n_heads, fused=False, *, pkg):
     x = _t(x)
     m = _build(pkg, x.shape[-1], n_heads, fused, qkv_weight, out_weight)
     with torch.no_grad():
-        return m(x)
+        return invariants.call(m, x)
 
 
 def module_shapes(d_model, n_heads, *, pkg):
@@ -106,7 +108,7 @@ def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, *, pkg):
     def append(t: int) -> bool:
         k_new = torch.randn(batch, n_heads, t, d_head, generator=g)
         v_new = torch.randn(batch, n_heads, t, d_head, generator=g)
-        k_all, v_all = c.append(k_new, v_new)
+        k_all, v_all = invariants.call(c.append, k_new, v_new)
         written_k.append(k_new)
         written_v.append(v_new)
         return bool(torch.equal(k_all, torch.cat(written_k, -2)) and torch.equal(v_all, torch.cat(written_v, -2)))
@@ -140,7 +142,7 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     outs, start = [], 0
     with torch.no_grad():
         for t in chunks:
-            outs.append(m(x[:, start : start + t], cache))
+            outs.append(invariants.call(m, x[:, start : start + t], cache))
             start += t
     return torch.cat(outs, dim=1)
 
@@ -252,7 +254,7 @@ class _SdpaSpy(TorchFunctionMode):
 
 def fused_attention(q, k, v, causal=True, *, pkg):
     with torch.no_grad():
-        return _mod(pkg, "fused").fused_attention(_t(q), _t(k), _t(v), causal=causal)
+        return invariants.call(_mod(pkg, "fused").fused_attention, _t(q), _t(k), _t(v), causal=causal)
 
 
 def fused_probe(q, k, v, causal=True, dropout_p=0.0, training=False, seed=0, *, pkg):
@@ -260,7 +262,7 @@ def fused_probe(q, k, v, causal=True, dropout_p=0.0, training=False, seed=0, *, 
     fa = _mod(pkg, "fused").fused_attention
     torch.manual_seed(seed)
     with _SdpaSpy() as spy, torch.no_grad():
-        out = fa(_t(q), _t(k), _t(v), causal=causal, dropout_p=dropout_p, training=training)
+        out = invariants.call(fa, _t(q), _t(k), _t(v), causal=causal, dropout_p=dropout_p, training=training)
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
@@ -268,6 +270,14 @@ def module_fused_probe(x, qkv_weight, out_weight, n_heads, *, pkg):
     """CausalSelfAttention(fused=True) under the spy: output and SDPA calls."""
     with _SdpaSpy() as spy:
         out = module_forward(x, qkv_weight, out_weight, n_heads, True, pkg=pkg)
+    return {"out": out.detach().numpy(), "calls": spy.calls}
+
+
+def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
+    """CausalSelfAttention(fused=True) fed x chunk by chunk through a KV cache, under the spy: the outputs
+    stitched together and the SDPA calls the steps made."""
+    with _SdpaSpy() as spy:
+        out = module_decode(x, qkv_weight, out_weight, n_heads, chunks, True, pkg=pkg)
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 

@@ -5,8 +5,9 @@ argv: SUBMISSION_DIR PACKAGE_NAME REQUEST_FD RESULT_FD
 Reads one JSON request per line from REQUEST_FD, calls "module:function" in the
 submission package (or "driver:name" in drivers.py, "npdriver:name" in np_drivers.py), writes one JSON
 reply per line to RESULT_FD. Student prints go to stdout, which the parent
-keeps out of the results.
+keeps out of the results; the parent reads what each call printed from there (runner.Worker.printed).
 """
+import faulthandler
 import importlib
 import importlib.machinery
 import importlib.util
@@ -16,7 +17,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from autograder.child import wire
+from autograder.child import invariants, wire
 
 
 def load_package(sub_dir: str, pkg: str) -> None:
@@ -94,23 +95,49 @@ def reuse_memory() -> None:
         pass
 
 
+STACK_FILE = "stack.txt"  # beside the submission's folder: where a call about to time out leaves its stack
+
+
+def open_stack_file(sub_dir: str):
+    try:
+        return open(os.path.join(os.path.dirname(sub_dir), STACK_FILE), "w")
+    except OSError:
+        return None
+
+
+def watch_for_a_hang(stack, limit) -> None:
+    """Shortly before the parent's limit for this call runs out, write every thread's stack to `stack`
+    (faulthandler's own thread does it, even while the call holds the interpreter), so the parent can
+    say which line of the submission a call that never answers was running."""
+    if stack is None or not isinstance(limit, (int, float)) or limit <= 0:
+        return
+    stack.seek(0)
+    stack.truncate()
+    faulthandler.dump_traceback_later(max(limit - 1.0, 0.8 * limit), file=stack)
+
+
 def serve(sub_dir: str, pkg: str, requests, results) -> None:
     """Answer requests until the parent closes the pipe. The first line says the child is ready."""
     sub_dir = os.path.realpath(sub_dir)
     if os.environ.get("ATTN_REUSE_MEMORY"):
         reuse_memory()
     load_package(sub_dir, pkg)
+    stack = open_stack_file(sub_dir)
     results.write(wire.dumps({"id": 0, "ok": True, "value": "ready"}))
     for line in requests:
         req = wire.loads(line)
+        invariants.CHANGED.clear()
+        watch_for_a_hang(stack, req.get("limit"))
         try:
             fn = resolve(req["target"], pkg)
             args, kwargs = req.get("args", []), req.get("kwargs", {})
-            if req["target"].startswith(("driver:", "npdriver:")):
-                kwargs = {**kwargs, "pkg": pkg}
-            value = to_plain(fn(*args, **kwargs))
+            if req["target"].startswith(("driver:", "npdriver:")):  # a driver checks the calls it makes itself
+                value = to_plain(fn(*args, **{**kwargs, "pkg": pkg}))
+            else:
+                value = to_plain(invariants.call(fn, *args, **kwargs))
             try:
-                reply = wire.dumps({"id": req["id"], "ok": True, "value": value})
+                reply = wire.dumps({"id": req["id"], "ok": True, "value": value,
+                                    "changed": list(invariants.CHANGED)})
             except TypeError as e:
                 reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                     "type": "BadReturn", "message": f"returned something that is not an array or number: {e}",
@@ -122,7 +149,12 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
                 "in_grader": in_grader, "entry": entry(e, sub_dir)}})
-        sys.stdout.flush()
+        faulthandler.cancel_dump_traceback_later()
+        for stream in (sys.stdout, sys.stderr):  # what the call printed is in the log before its answer
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):  # closed or replaced by the student's code
+                pass
         results.write(reply)
 
 

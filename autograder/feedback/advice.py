@@ -1,7 +1,7 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
-from ..results import Results, StageResult
+from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 from .sources import def_line, first_stub, rel
 
@@ -28,6 +28,8 @@ def _where(res: Results, stage, first, stub) -> str:
     first of the stage's functions the check called (a module check points at module.py, not heads.py)."""
     if first.error and first.error.get("file"):
         return f"{rel(res.submission / first.error['file'])}:{first.error['line']}"
+    if first.failure == Failure.TIMEOUT and first.where and first.where.line:  # the line a hung call was running
+        return f"{rel(res.submission / first.where.file)}:{first.where.line}"
     if stub:
         return f"{rel(stub[0])}:{stub[1]}"
     for name in first.called:

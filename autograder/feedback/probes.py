@@ -99,9 +99,14 @@ def module_output(got, want, ref):
 
 
 def cache_lengths(got, want, ref):
+    """Chunks of 3, 1 and 2 positions appended to an empty cache of max_len 6, which they fill exactly."""
     lengths, ok = list(got.get("lengths", [])), list(got.get("prefix_ok", []))
     if lengths == [0, 3, 4, 6] and ok == [True] * 3 and not got.get("error"):
         return None
+    if got.get("error"):  # the cache refused positions that fit: what it holds was never wrong, so no contents claim
+        return (None, f"appending chunks of 3, 1 and 2 positions to an empty cache of max_len 6, which they fill "
+                f"exactly, raised {got['error']} after lengths {lengths}: positions that fit were refused "
+                "(t new positions fit while length + t <= max_len)", r"max_len")
     return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` read "
             f"{lengths} (expected [0, 3, 4, 6]) and the filled part returned equalled what was appended: {ok}")
 

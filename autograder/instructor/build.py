@@ -20,9 +20,10 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..records import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
+from ..sandbox.runner import PRINTED_LIMIT
 from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
 from .tables import student_table, student_totals
@@ -103,11 +104,17 @@ stage may be written in more than one file ({shared}):
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.
+- {INPUTS_RULE}: every call the grader makes checks it, and a call that changes one fails its check,
+  naming the argument.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
-  as imports). A call that hangs, crashes or exits loses its own check, and the next check runs in a
-  fresh process; after a second such call the stage's remaining checks are not run. Every other stage
-  is still graded.
+  as imports). A call that hangs, crashes or exits loses its own check (for a hang, the report names
+  the line of yours it was running), and the next check runs in a fresh process; after a second
+  such call the stage's remaining checks are not run. Every other stage is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
+- What your code prints (`print()`, anything on stdout or stderr) never reaches the grader's
+  verdict: it is kept per check, and shown under a failing check in `make grade` (its first 12
+  lines; `make grade V=1` all of it, up to {PRINTED_LIMIT:,} characters a check), in `make watch` and
+  in `report.html`. A passing check's prints are not shown.
 
 ## What your code may use
 

@@ -49,6 +49,8 @@ def check_output(r: CheckResult, sr: StageResult) -> str:
         parts.append("**Diagnosis** " + md_text(diagnosis_text(r.diagnosis)))
     if r.message:
         parts.append(md_block("\n".join(r.message.splitlines())))
+    if r.output:
+        parts += ["Your code printed (stdout and stderr, during this check):", md_block(r.output)]
     if c.cite:
         parts.append(md_text(f"See {c.cite}."))
     return "\n\n".join(p for p in parts if p)

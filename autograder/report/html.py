@@ -19,6 +19,7 @@ th{background:#f3f3f3}td.name{text-align:left}.passed{background:#dff5df}.failed
 .not_started{background:#eee;color:#666}.blocked{background:#fff1c9}.bad{background:#f7a3a3;font-weight:bold}
 .next{font-size:1.1em;padding:.6em;border-left:4px solid #36c;background:#eef3fc}pre{white-space:pre-wrap}
 .check{margin:1em 0;padding:.5em 1em;border:1px solid #ddd}.diag{color:#a11;font-weight:bold}
+.printed{background:#f6f6f6;border-left:3px solid #999;padding:.4em .6em}
 img{max-width:100%}figure{margin:1em 0}figcaption{color:#555}
 """
 
@@ -75,6 +76,14 @@ def _cells(a: dict) -> str:
     return f'<div style="display:flex;gap:2em">{table("expected")}{table("got")}</div>'
 
 
+def _printed(output: str) -> str:
+    """What the student's code printed during the check, under it."""
+    if not output:
+        return ""
+    return (f"<p>Your code printed (stdout and stderr, during this check):</p>"
+            f"<pre class='printed'>{html.escape(output)}</pre>")
+
+
 def render(res: Results) -> str:
     e = html.escape
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
@@ -101,7 +110,7 @@ def render(res: Results) -> str:
             diag += (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
                      f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
         out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
-                   f"<pre>{e(r.message)}</pre>{_cells(r.arrays) if r.arrays else ''}</div>")
+                   f"<pre>{e(r.message)}</pre>{_cells(r.arrays) if r.arrays else ''}{_printed(r.output)}</div>")
 
     if res.pictures:
         out.append("<h2>Pictures: “she saw the cat”</h2>")

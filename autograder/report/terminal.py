@@ -67,8 +67,25 @@ def shows_failures(sr: StageResult, verbose: bool) -> bool:
     return sr.status != StageStatus.PASSED and (verbose or sr.status != StageStatus.NOT_STARTED)
 
 
-def failure_details(sr: StageResult, verbose: bool, c=_plain) -> tuple[list[str], int]:
-    """(the stage's diagnoses and its failing checks, 4 unless verbose; how many failing checks are left out)."""
+PRINTED_LINES = 12  # lines of a check's printed output shown unless verbose
+
+
+def printed_lines(output: str, limit: int | None) -> list[str]:
+    """What the student's code printed during a check, under the check, `limit` lines at most (None: all)."""
+    if not output:
+        return []
+    lines = output.splitlines()
+    shown = lines if limit is None else lines[:limit]
+    out = ["      your code printed (stdout and stderr, during this check):"] + [f"      | {line}" for line in shown]
+    if len(shown) < len(lines):
+        out.append(f"      | ... {len(lines) - len(shown)} more lines (`make grade V=1` shows them)")
+    return out
+
+
+def failure_details(sr: StageResult, verbose: bool, c=_plain,
+                    printed: int | None = PRINTED_LINES) -> tuple[list[str], int]:
+    """(the stage's diagnoses and its failing checks, 4 unless verbose, each with what the code printed
+    during it, `printed` lines unless verbose; how many failing checks are left out)."""
     out = []
     for d in sr.diagnoses:
         m = CATALOGUE[d]
@@ -84,6 +101,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain) -> tuple[list[str]
         cite = f" (reread {r.check.cite})" if r.check.cite else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
         out.extend(f"      {line}" for line in r.message.splitlines())
+        out.extend(printed_lines(r.output, None if verbose else printed))
         if shown >= 4 and not verbose:
             return out, sum(not x.passed and not x.forgiven for x in sr.checks) - shown
     return out, 0

@@ -6,6 +6,7 @@ decides what that costs, and a new child is started for what comes next. How the
 started (a new interpreter, or a fork of the fork server) is autograder.sandbox.launchers' job.
 """
 import os
+import re
 import secrets
 import select
 import shutil
@@ -35,6 +36,7 @@ from .safe_files import current, take
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
+PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
@@ -76,6 +78,9 @@ class Worker:
         self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
+        self.changed: list[dict] = []
+        self.printed = ""  # what the last call printed (stdout and stderr), at most PRINTED_LIMIT characters
+        self._printed_from: int | None = None  # the log's size when the call in progress began
         self._next_id = 0
         self._buf = b""
 
@@ -108,6 +113,9 @@ class Worker:
     def close(self) -> None:
         if self.child is None:
             return
+        if self._printed_from is not None:  # a call that hung or crashed: what it printed, before the log goes
+            self.printed = self._printed_since(self._printed_from)
+            self._printed_from = None
         tree = descendants(self.child.pid)  # found before the child ends: its orphans are harder to find
         try:
             os.killpg(self.child.pid, signal.SIGKILL)
@@ -147,6 +155,44 @@ class Worker:
         finally:
             fresh.close()
 
+    def hang_site(self, wait: float = 1.0) -> tuple[str, int, str] | None:
+        """(file, line, function) of the submission that a call past its limit was running: the innermost
+        frame in a submission file of the stack the child wrote just before the limit (child/worker.py's
+        watch_for_a_hang). None when it wrote none (it never reached the student's code) or it cannot be read."""
+        from ..stages import SUBMISSION_FILES
+
+        path, deadline = self.scratch / "stack.txt", time.monotonic() + wait
+        text = ""
+        while True:
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                pass
+            if text or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        for m in re.finditer(r'File "([^"]+)", line (\d+) in (\S+)', text):  # most recent call first
+            file = Path(m.group(1))
+            if file.parent.name == PACKAGE and file.name in SUBMISSION_FILES:
+                return file.name, int(m.group(2)), m.group(3)
+        return None
+
+    def _log_size(self) -> int:
+        try:
+            return os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
+            return 0
+
+    def _printed_since(self, start: int) -> str:
+        """What the child wrote to its log from byte `start` on: printable text, cut at PRINTED_LIMIT."""
+        try:
+            with open(self.scratch / "output.txt", "rb") as f:
+                f.seek(start)
+                data = f.read(4 * PRINTED_LIMIT)
+        except OSError:
+            return ""
+        return capped(printable(data.decode("utf-8", "replace")), max(0, self._log_size() - start - len(data)))
+
     def output_tail(self, n: int = 600) -> str:
         try:
             data = (self.scratch / "output.txt").read_bytes()[-OUTPUT_LIMIT:]
@@ -169,24 +215,28 @@ class Worker:
             self._vetted = True
         self._next_id += 1
         req_id = self._next_id
-        try:
-            os.write(self.child.requests,
-                     wire.dumps({"id": req_id, "target": target, "args": list(args), "kwargs": kwargs}))
-        except BrokenPipeError:
-            raise self._died("the child process had already exited") from None
+        self.printed, self.changed = "", []
+        self._printed_from = self._log_size()
         # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
         # FIRST_CALL_FACTOR times the limit, every later call the limit itself
         limit = timeout if timeout is not None else self.timeout * (FIRST_CALL_FACTOR if req_id == 1 else 1)
+        try:  # the child is told the limit: just before it, it leaves its stack for hang_site
+            os.write(self.child.requests, wire.dumps({"id": req_id, "target": target, "args": list(args),
+                                                      "kwargs": kwargs, "limit": limit}))
+        except BrokenPipeError:
+            raise self._died("the child process had already exited") from None
         if not self._ready:  # the child's first line says it has loaded
             if wire.loads(self._read_line(limit)).get("value") != "ready":
                 raise self._died("the child did not start properly")
             self._ready = True
         line = self._read_line(limit)
+        self.printed, self._printed_from = self._printed_since(self._printed_from), None
         reply = wire.loads(line)
         if reply.get("id") != req_id:
             raise self._died("the child answered out of turn")
         if not reply["ok"]:
             raise StudentError(reply["error"])
+        self.changed = reply.get("changed") or []  # arguments the call modified in place (child/invariants.py)
         return reply["value"]
 
     def _read_line(self, timeout: float) -> bytes:
@@ -194,8 +244,11 @@ class Worker:
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
+                site = self.hang_site()
                 self.close()
-                raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow)")
+                at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
+                raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow){at}",
+                                     where=site)
             ready, _, _ = select.select([self.child.results], [], [], left)
             if ready:
                 try:
@@ -225,6 +278,18 @@ class Worker:
         if tail.strip():
             msg += "; its last output: " + tail.strip()[-300:]
         return StudentCrash(msg)
+
+
+def printable(text: str) -> str:
+    """Student output without control characters (a terminal would act on them): lines and tabs stay."""
+    return "".join(ch if ch in "\n\t" or (ch.isprintable()) else "?" for ch in text.replace("\r\n", "\n"))
+
+
+def capped(text: str, unread: int = 0) -> str:
+    """At most PRINTED_LIMIT characters of `text` (`unread` more bytes were not even read), saying so if cut."""
+    if len(text) <= PRINTED_LIMIT and not unread:
+        return text
+    return text[:PRINTED_LIMIT].rstrip("\n") + f"\n[... more output not shown: at most {PRINTED_LIMIT:,} characters a check]"
 
 
 def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:

@@ -9,7 +9,7 @@ from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
 STAGE = Stage(
-    name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads",),
+    name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads", "kv_cache"),
     reread='B "Code that matches the hand numbers"',
     torch=True, worked_points=1.0,
     functions=(
@@ -17,6 +17,7 @@ STAGE = Stage(
                  reads=("fused.py",)),
         Function(name="fused_probe", target="driver:fused_probe", reads=("fused.py",)),
         Function(name="module_fused_probe", target="driver:module_fused_probe", reads=("module.py",)),
+        Function(name="module_fused_decode", target="driver:module_fused_decode", reads=("module.py", "kv_cache.py")),
         Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",)),
     ),
     intro="One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
@@ -207,7 +208,7 @@ def dropout_when_training(api, ctx):
             raise Fail(f"{what} made the calls {r['calls']}; pass dropout_p to the fused call")
 
 
-@STAGE.check(points=2, kind="reference", rule="fused=True computes the attention with `fused_attention`.")
+@STAGE.check(points=1, kind="reference", rule="fused=True computes the attention with `fused_attention`.")
 def module_fused_path(api, ctx):
     """CausalSelfAttention(fused=True) matches the reference and goes through the fused call"""
     rng = ctx.rng("fused-module")
@@ -218,6 +219,30 @@ def module_fused_path(api, ctx):
                 inputs=shape_str(x))
     if not r["calls"]:
         raise diagnosed("fused-not-fused", "CausalSelfAttention(fused=True) never called F.scaled_dot_product_attention")
+
+
+@STAGE.check(points=1, kind="property", cite="Article B, 'What it costs as the sequence grows'",
+              rule="With fused=True too, fed through a cache in pieces, the outputs equal the full forward's.")
+def module_fused_with_cache(api, ctx):
+    """CausalSelfAttention(fused=True) decoding with a KV cache, token by token and in chunks, equals the full
+    causal forward"""
+    rng = ctx.rng("fused-module-cache")
+    for chunks, B, C, H in [([1] * 5, 2, 8, 2), ([3, 1, 2], 1, 12, 3), ([4], 1, 8, 2)]:
+        x = randn(rng, B, sum(chunks), C, dtype=np.float32)
+        qkv_w, out_w = module_weights(rng, C)
+        r = api.module_fused_decode(x, qkv_w, out_w, H, chunks)
+        what = f"CausalSelfAttention(fused=True) with a KV cache, fed in chunks {chunks}, against the full causal forward"
+        try:
+            check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, H), what, inputs=shape_str(x))
+        except Fail as f:
+            top_left = [c for c in r["calls"] if c["is_causal"] and c["q"][-2] != c["k"][-2]]
+            if not top_left:
+                raise
+            n_q, n_k = top_left[0]["q"][-2], top_left[0]["k"][-2]
+            raise Fail(f"a decode step called F.scaled_dot_product_attention with is_causal=True for "
+                       f"{n_q} {'query' if n_q == 1 else 'queries'} and {n_k} keys, where SDPA aligns the mask top-left (the new "
+                       "tokens see only the first keys); with a cache the queries are the last positions, so the "
+                       f"fused path must align bottom-right (fused_attention does). {f}") from None
 
 
 _BASELINE: dict = {}  # (forked children?, T) -> peak bytes of a child that made the call with SDPA itself

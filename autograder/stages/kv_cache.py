@@ -74,7 +74,7 @@ STAGE = Stage(
                 )),
     ),
     probes=(
-        Probe(name="kv_cache_probe", file="kv_cache.py", function="append", args=(1, 2, 8, 4, [3, 1, 2]),
+        Probe(name="kv_cache_probe", file="kv_cache.py", function="append", args=(1, 2, 6, 4, [3, 1, 2]),
               expected=lambda r: None, judge=cache_lengths),
         Probe(name="module_decode", file="module.py", function="forward", args=(XB, WQKV, WOUT, 2, [3, 1, 2]),
               expected=lambda r: r.module_forward(XB, WQKV, WOUT, 2), judge=decode_output,
@@ -117,7 +117,12 @@ def append_returns_prefix(api, ctx):
 @STAGE.check(points=1.5, kind="property", visibility="public",
               rule="Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.")
 def append_past_max_len_raises(api, ctx):
-    """appending past max_len raises ValueError"""
+    """appending past max_len raises ValueError; a fill that ends exactly at max_len does not"""
+    exact = api.kv_cache_probe(1, 1, 5, 2, [3, 2])
+    if exact["error"]:
+        raise Fail(f"appending 3 + 2 positions into max_len=5, which fills the cache exactly, raised {exact['error']} "
+                   f"after lengths {exact['lengths']}; t new positions fit while length + t <= max_len, and only "
+                   "a fill past max_len raises")
     r = api.kv_cache_probe(1, 1, 5, 2, [3, 3])
     if r["error"] is None or not r["error"].startswith("ValueError"):
         raise Fail(f"appending 3 + 3 positions into max_len=5 gave lengths {r['lengths']} and "

@@ -4,7 +4,7 @@ import numpy as np
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..feedback.probes import CAUSAL36, K64, Q34, S36, V62, same_mask, same_masked, same_pair
-from ..outcomes import Fail
+from ..outcomes import Fail, StudentError
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
@@ -186,12 +186,28 @@ def apply_mask_reference(api, ctx):
 
 
 @STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
-              rule="Raises ValueError if some query row has no allowed key at all.")
+              rule="Raises ValueError if some query row has no allowed key at all")
 def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
     expect_value_error(lambda: api.apply_mask(np.zeros((2, 2)), allowed), "apply_mask with a row of no allowed key",
                        returned_ok=False)
+    # per row: one empty row among good ones, in one batch entry of [2, 3, 4] scores, raises too
+    batched = np.ones((2, 3, 4), dtype=bool)
+    batched[1, 2] = False
+    expect_value_error(lambda: api.apply_mask(np.zeros((2, 3, 4)), batched),
+                       "apply_mask of [2, 3, 4] scores whose mask has no allowed key in row 2 of batch entry 1 "
+                       "(every other row has all keys)", returned_ok=False)
+    # and only a row counts: a key no query may see (an empty column) is allowed
+    column = np.array([[True, False], [True, False]])
+    try:
+        api.apply_mask(np.zeros((2, 2)), column)
+    except StudentError as e:
+        if e.info["type"] == "NotImplementedError":
+            raise
+        raise Fail(f"apply_mask with allowed {column.tolist()} (every row has a key; key 1 is seen by no query) "
+                   f"raised {e.info['type']}: {e.info['message']}; only a row with no allowed key is an "
+                   "error") from None
 
 
 @STAGE.check(points=2, kind="reference")

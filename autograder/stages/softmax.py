@@ -167,6 +167,17 @@ def all_neginf_raises(api, ctx):
         if np.all(np.isnan(row)) or np.all(row == 0):
             raise diagnosed("softmax-fully-masked-silent", msg)
         raise Fail(msg)
+    # the rule holds per slice: one all -inf slice among good ones raises too, along either axis
+    mixed = np.array([[0.5, -np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf, -np.inf], [1.0, 0.0, -np.inf, 3.0]])
+    for axis, s in ((-1, mixed), (0, mixed.T.copy())):
+        what = (f"softmax(scores, axis={axis}) of a [{s.shape[0]}, {s.shape[1]}] array whose "
+                f"{'row' if axis == -1 else 'column'} 1 is all -inf and the others are not")
+        got = expect_value_error(lambda: api.softmax(s, axis=axis), what)
+        if got is not RAISED:
+            bad = np.asarray(got, dtype=float)
+            bad = bad[1] if axis == -1 else bad[:, 1]
+            raise Fail(f"{what} returned {bad.tolist()} for that slice instead of raising ValueError: test each "
+                       "slice along `axis` (its maximum is -inf), not the whole array")
 
 
 @STAGE.check(points=1, kind="property", visibility="public",
