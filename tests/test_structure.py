@@ -135,7 +135,7 @@ STAGE = Stage(
     hints=("Multiply by two.", "x * 2 keeps the shape."),
     mistakes=(Mistake(id="toy-triple", where="toy.py:double", explanation="the entries are tripled",
                       reread="the docstring of toy.py", evidence="check:doubles_public",
-                      mutant=(Edit("toy.py", "* 2", "* 3"),)),),
+                      mutant=(Edit("toy.py", "np.asarray(x) * 2", "np.asarray(x) * 3"),)),),
     probes=(Probe(name="double", file="toy.py", function="double", args=(X,), expected=lambda r: r.double(X),
                   judge=same_array()),),
 )
@@ -188,7 +188,7 @@ STAGE = Stage(
     hints=("Divide by two.",),
     mistakes=(Mistake(id="toy-core-double", where="toy_core.py:halve", explanation="the entries are doubled",
                       reread="the docstring of toy_core.py", evidence="check:halves",
-                      mutant=(Edit("toy_core.py", "/ 2", "* 2"),)),),
+                      mutant=(Edit("toy_core.py", "np.asarray(x) / 2", "np.asarray(x) * 2"),)),),
     probes=(Probe(name="halve", file="toy_core.py", function="halve", args=(X,), expected=lambda r: r.halve(X),
                   judge=same_array()),),
 )
