@@ -1,0 +1,83 @@
+"""The run-time guard (autograder/child/guard.py): what the static check cannot see (a module reached through
+`typing.sys.modules`, a builtin taken from `builtins`) is stopped when it runs, with the rule; correct code,
+and the imports numpy and torch make for themselves, keep every point."""
+import pytest
+from conftest import grade, variant
+
+SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
+MODULES = "typing.sys.modules"
+# each: a line run inside the student's softmax, reaching past the rule through modules already loaded in the
+# child; MARK is replaced by a path under the test's own folder, which must stay untouched
+ATTACKS = {
+    "os.system": f"{MODULES}['os'].system('touch MARK')",
+    "open for writing": f"{MODULES}['builtins'].open('MARK', 'w').write('x')",
+    "open for reading": f"{MODULES}['builtins'].open('/etc/hostname').read()",
+    "os.open": f"{MODULES}['os'].open('MARK', 0o101)",
+    "a socket": f"{MODULES}['importlib'].import_module('socket').socket()",
+    "a new module": f"{MODULES}['builtins'].__import__('sqlite3')",
+    "exec": f"{MODULES}['builtins'].exec('import os')",
+    "eval": f"{MODULES}['builtins'].eval('1 + 1')",
+    "ctypes": f"{MODULES}['ctypes'].CDLL(None)",
+    "a file through a library": f"{MODULES}['importlib'].import_module('pathlib').Path('MARK').write_text('x')",
+    "the environment": f"{MODULES}['os'].putenv('X', '1')",
+    "listing a folder": f"{MODULES}['os'].listdir('/')",
+    "a process": f"{MODULES}['os'].fork()",
+}
+
+
+@pytest.fixture
+def static_check_off(monkeypatch):
+    """The static check's early refusal switched off: the guard alone has to hold."""
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_reaching_past_the_rule_at_run_time_is_stopped_with_the_rule(name, tmp_path, static_check_off):
+    mark = tmp_path / "mark"
+    line = ATTACKS[name].replace("MARK", str(mark))
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, f"    {line}\n" + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax"])
+    sm = res.stages["softmax"]
+    assert sm.score == 0, name
+    messages = [r.message for r in sm.checks if not r.passed]
+    assert any("refused at run time" in m and "may import numpy" in m for m in messages), messages[:2]
+    assert not mark.exists()
+
+
+def test_a_thread_of_library_code_gets_no_more_than_the_student_would(tmp_path, static_check_off):
+    """A thread whose target is a builtin has no student frame on its stack (here `list.extend` drawing from
+    `map(open, ...)`: the file is opened by C code alone): any thread but the main one counts as the
+    student's, since the grader runs none in the child."""
+    m = MODULES
+    steal = (f"    got = []\n    {m}['_thread'].start_new_thread(got.extend, (map({m}['builtins'].open, "
+             f"[{m}['sys'].executable], ['rb']),))\n    {m}['time'].sleep(0.5)\n"
+             "    if got:\n        raise ValueError('opened ' + repr(got[0].read(4)))\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, steal + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax"])
+    assert not any("opened b" in r.message for r in res.stages["softmax"].checks)
+    assert res.stages["softmax"].status == "passed"
+
+
+def test_refused_at_import_in_a_module_body(tmp_path, static_check_off):
+    """A stage module that reaches `os` at import is refused when it loads; the other stages are graded."""
+    sub = variant(tmp_path, {"scaling.py": [("import numpy as np\n",
+                                             "import typing\n\nimport numpy as np\n\n"
+                                             f"{MODULES}['os'].system('true')\n")]})
+    res = grade(sub, stages=["scaling", "projections"])
+    assert res.stages["scaling"].score == 0
+    assert any("refused at run time: os.system" in r.message for r in res.stages["scaling"].checks)
+    assert res.stages["projections"].status == "passed"
+
+
+def test_correct_code_with_dataclasses_and_lazy_library_imports_passes(tmp_path, static_check_off):
+    """Library work done on the student's behalf (a dataclass's generated code, numpy importing a part of
+    itself for the first time inside a student call) is the library's, not the student's."""
+    helper = ("import dataclasses\n\nimport numpy as np\n\n\n@dataclasses.dataclass\nclass _Scale:\n"
+              "    by: float = 1.0\n\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", helper),
+                                            (SOFTMAX_BODY, SOFTMAX_BODY + "    np.linalg.norm(scores)\n"
+                                             "    scores = scores * _Scale().by\n")]})
+    res = grade(sub, stages=["softmax"])
+    assert res.stages["softmax"].status == "passed", [r.message for r in res.stages["softmax"].checks]
