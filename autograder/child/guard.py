@@ -36,12 +36,15 @@ REFUSED_PARTS = frozenset({"ctypes", "ctypeslib", "f2py", "hub", "multiprocessin
 
 ALWAYS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
           "subprocess.Popen", "pty.spawn", "os.startfile", "webbrowser.open")
-IN_STUDENT_CONTEXT = ("os.", "shutil.", "ctypes.", "mmap.", "_thread.start_new_thread", "gc.get_", "sys.settrace",
-                      "sys.setprofile", "sys._current_frames", "sys.addaudithook", "resource.", "socket.",
-                      "winreg.", "syslog.", "sys.setrecursionlimit", "glob.")
+IN_STUDENT_CONTEXT = ("os.", "shutil.", "ctypes.", "mmap.", "resource.", "winreg.", "syslog.", "glob.",
+                      "sys.setrecursionlimit")
 FROM_STUDENT_FRAME = ("exec", "compile", "code.__new__", "function.__new__", "object.__getattr__", "sys._getframe",
-                      "builtins.breakpoint", "builtins.input", "cpython.")
+                      "builtins.breakpoint", "builtins.input", "cpython.", "sys.settrace", "sys.setprofile",
+                      "sys._current_frames", "sys.addaudithook", "gc.get_")
 _READ_EVENTS = ("os.listdir", "os.scandir", "glob.glob")
+WATCHED = ("os.", "subprocess.", "pty.", "webbrowser.", "socket.", "open", "import", "exec", "compile", "code.",
+           "function.", "object.__", "sys.", "shutil.", "ctypes.", "mmap.", "gc.", "resource.", "builtins.breakpoint",
+           "builtins.input", "glob.", "cpython.", "winreg.", "syslog.")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -65,8 +68,21 @@ class Guard:
         self.trusted: dict[str, bool] = {}
         self.busy: set[int] = set()
         self.main = _get_ident()
+        self.read_cache: dict[str, bool] = {}
 
     # -- whose code is this -------------------------------------------------
+    def _readable(self, path) -> bool:
+        if isinstance(path, int) or path is None:
+            return False
+        try:
+            key = os.fsdecode(path)
+        except (TypeError, ValueError):
+            return False
+        known = self.read_cache.get(key)
+        if known is None:
+            known = self.read_cache[key] = (os.path.realpath(key) + os.sep).startswith(self.readable)
+        return known
+
     def is_trusted(self, filename: str) -> bool:
         known = self.trusted.get(filename)
         if known is None:
@@ -86,35 +102,33 @@ class Guard:
             (os.sep + "importlib" + os.sep + "__init__.py", os.sep + "importlib" + os.sep + "_bootstrap.py",
              os.sep + "importlib" + os.sep + "_bootstrap_external.py"))
 
-    def context(self, frame) -> tuple[bool, bool]:
-        """(whether the student's code is on the stack outside any import a library made on top of it,
-        whether the frame running the import statement, past the import machinery, is the student's)."""
-        importer = None  # whether the first frame that is not the import machinery is trusted
-        pending = lib_import = False
+    def importer_trusted(self, frame) -> bool:
+        """Whether the frame running the import statement (past the import machinery) is trusted code's."""
+        while frame is not None and self.is_machinery(frame.f_code.co_filename):
+            frame = frame.f_back
+        return frame is not None and self.is_trusted(frame.f_code.co_filename)
+
+    def student_on_stack(self, frame) -> bool:
+        """Whether the student's code is on the stack, outside any import that trusted code made on top of it
+        (a library importing a part of itself during a student's call does its own work)."""
+        pending = False
         while frame is not None:
             name = frame.f_code.co_filename
             if self.is_machinery(name):
                 pending = True
-            else:
-                trusted = self.is_trusted(name)
-                if importer is None:
-                    importer = trusted
-                if not trusted:
-                    return not lib_import, importer is False
-                if pending:  # an import that library or grader code asked for, made on top of the student's code
-                    lib_import, pending = True, False
+            elif not self.is_trusted(name):
+                return True
+            elif pending:  # an import that trusted code asked for, above any student frame
+                return False
             frame = frame.f_back
-        return False, importer is False
+        return False
 
     # -- the hook -----------------------------------------------------------
     def refuse(self, what: str) -> None:
         raise RuleViolation(f"refused at run time: {what}. The rule: {RULE} (README, 'What your code may use')")
 
     def __call__(self, event: str, args: tuple) -> None:
-        if not event.startswith(("os.", "subprocess.", "pty.", "webbrowser.", "socket.", "open", "import", "exec",
-                                 "compile", "code.", "function.", "object.", "sys.", "shutil.", "ctypes.", "mmap.",
-                                 "_thread.", "gc.", "resource.", "builtins.", "glob.", "cpython.", "winreg.",
-                                 "syslog.")):
+        if not event.startswith(WATCHED):
             return
         me = _get_ident()
         if me in self.busy:  # an event raised by the hook's own work (sys._getframe, realpath)
@@ -126,6 +140,8 @@ class Guard:
             self.busy.discard(me)
 
     def check(self, event: str, args: tuple) -> None:
+        """Cheapest questions first: most events (a library's exec, compile, open of its own files) are
+        settled by the frame that made them, without walking the stack."""
         if event.startswith(ALWAYS) or event.startswith("socket."):
             self.refuse(f"{event} (no processes, signals or network)")
         if event == "object.__setattr__" or event == "object.__delattr__":
@@ -135,43 +151,33 @@ class Guard:
             frame = sys._getframe(2)  # the frame that made the event (0: check, 1: __call__)
         except ValueError:  # none: a builtin called from C (a thread's or a callback's target)
             frame = None
-        student, asked_by_student = self.context(frame)
-        if _get_ident() != self.main:  # a thread: the grader starts none in the child, so it is the student's
-            student = True
         if event == "import":
-            if asked_by_student and not _module_allowed(args[0], self.own):
+            if not self.importer_trusted(frame) and not _module_allowed(args[0], self.own):
                 self.refuse(f"import {args[0]}")
             return
-        if not student:
-            return
         caller_is_student = frame is None or not self.is_trusted(frame.f_code.co_filename)
+        if event.startswith(FROM_STUDENT_FRAME):
+            if caller_is_student:
+                self.refuse(f"{event} {args[1]!r}" if event == "object.__getattr__" and len(args) > 1 else event)
+            return
         if event == "open":
-            self._open(args, caller_is_student)
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if not caller_is_student and not writing and self._readable(path):
+                return  # reading the interpreter's, the grader's or the submission's own files
+            what = f"open({path!r})"
         elif event.startswith(_READ_EVENTS):
-            path = args[0] if args else None
-            if not self._readable(path):
-                self.refuse(f"{event}({path!r})")
+            if self._readable(args[0] if args else None):
+                return
+            what = f"{event}({args[0] if args else ''!r})"
         elif event.startswith(IN_STUDENT_CONTEXT):
-            self.refuse(event)
-        elif caller_is_student and event.startswith(FROM_STUDENT_FRAME):
-            detail = f"{event} {args[1]!r}" if event == "object.__getattr__" and len(args) > 1 else event
-            self.refuse(detail)
-
-    def _open(self, args: tuple, caller_is_student: bool) -> None:
-        path, mode, flags = (tuple(args) + (None, None, None))[:3]
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & _WRITE_FLAGS)
-        if caller_is_student or writing or not self._readable(path):
-            self.refuse(f"open({path!r})")
-
-    def _readable(self, path) -> bool:
-        if isinstance(path, int) or path is None:
-            return False
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except (TypeError, ValueError):
-            return False
-        return (real + os.sep).startswith(self.readable)
+            what = event
+        else:
+            return
+        if _get_ident() != self.main or self.student_on_stack(frame):
+            # (any thread but the main one is the student's: the grader starts none in the child)
+            self.refuse(what)
 
     def _library_change(self, event: str, args: tuple) -> None:
         """Setting or deleting an attribute of a numpy or torch class from the student's own frame."""
