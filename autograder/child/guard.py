@@ -39,12 +39,12 @@ ALWAYS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.f
 IN_STUDENT_CONTEXT = ("os.", "shutil.", "ctypes.", "mmap.", "resource.", "winreg.", "syslog.", "glob.",
                       "sys.setrecursionlimit")
 FROM_STUDENT_FRAME = ("exec", "compile", "code.__new__", "function.__new__", "object.__getattr__", "sys._getframe",
-                      "builtins.breakpoint", "builtins.input", "cpython.", "sys.settrace", "sys.setprofile",
+                      "builtins.breakpoint", "cpython.", "sys.settrace", "sys.setprofile",
                       "sys._current_frames", "sys.addaudithook", "gc.get_")
 _READ_EVENTS = ("os.listdir", "os.scandir", "glob.glob")
 WATCHED = ("os.", "subprocess.", "pty.", "webbrowser.", "socket.", "open", "import", "exec", "compile", "code.",
            "function.", "object.__", "sys.", "shutil.", "ctypes.", "mmap.", "gc.", "resource.", "builtins.breakpoint",
-           "builtins.input", "glob.", "cpython.", "winreg.", "syslog.")
+           "glob.", "cpython.", "winreg.", "syslog.")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
