@@ -81,3 +81,28 @@ def test_correct_code_with_dataclasses_and_lazy_library_imports_passes(tmp_path,
                                              "    scores = scores * _Scale().by\n")]})
     res = grade(sub, stages=["softmax"])
     assert res.stages["softmax"].status == "passed", [r.message for r in res.stages["softmax"].checks]
+
+
+NAIVE_TILED = ("    if q.shape[0] >= 2048:  # the whole n x n matrix at once\n"
+               "        s = (q @ k.T) / np.sqrt(q.shape[1])\n"
+               "        s = np.where(np.tri(len(q), len(k), dtype=bool), s, -np.inf)\n"
+               "        e = np.exp(s - s.max(axis=1, keepdims=True))\n"
+               "        return (e / e.sum(axis=1, keepdims=True)) @ v\n")
+# what a forger adds: the in-child profiler, reached through an allowed module, stopped and its peak cleared
+FORGE_TRACEMALLOC = ("        try:\n            tm = typing.sys.modules['tracemalloc']\n"
+                     "            tm.stop()\n            tm.start()\n"
+                     "        except Exception:\n            pass\n")
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_tiled_memory_is_the_parents_count_of_a_fresh_child(forged, tmp_path, static_check_off):
+    """An untiled n x n call loses the memory check, and resetting the in-child profiler gains it nothing: the
+    peak is the kernel's, read by the parent when it reaps the child."""
+    body = NAIVE_TILED.replace("        return", FORGE_TRACEMALLOC + "        return") if forged else NAIVE_TILED
+    sub = variant(tmp_path, {"tiled.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                          ("    n_q, d_k = q.shape\n", body + "    n_q, d_k = q.shape\n")]})
+    res = grade(sub, stages=["tiled"])
+    checks = {r.check.name: r for r in res.stages["tiled"].checks}
+    assert not checks["tiled_memory_linear"].passed
+    assert "raised peak memory by" in checks["tiled_memory_linear"].message
+    assert checks["tiled_reference_blocks"].passed  # the small calls are untouched: only the memory check is lost
