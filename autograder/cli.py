@@ -62,7 +62,9 @@ def _grade(args) -> int:
     res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers,
                 pictures=any(r.pictures for r, _ in wanted))
     for note in found.notes:
-        print(f"note: {note}")
+        from .outcomes import plain
+
+        print(f"note: {plain(note)}")  # names paths inside the upload, which the submission chose
     print(terminal(res, verbose=args.verbose, color=use_color()))
     from .feedback.hints import remember_run
 

@@ -17,7 +17,7 @@ from .api import Context, ReferenceAPI, StudentAPI
 from .feedback import localise
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
-from .outcomes import Fail, MissingFixture, StudentAborted, StudentError, StudentTimeout
+from .outcomes import Fail, MissingFixture, StudentAborted, StudentError, StudentTimeout, plain
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
 from .sandbox.runner import Worker, protections
@@ -261,7 +261,7 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         localise.attach(sr, located.get(s.name), done)  # issue 23 hook: an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
-    ignored = sorted(p.name for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)
+    ignored = sorted(plain(p.name) for p in submission.glob("*.py") if p.name not in SUBMISSION_FILES)
     res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
                   located=located)
     res.next_step = next_step(res)  # after localisation: the pointer is part of the step

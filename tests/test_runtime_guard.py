@@ -106,3 +106,23 @@ def test_tiled_memory_is_the_parents_count_of_a_fresh_child(forged, tmp_path, st
     assert not checks["tiled_memory_linear"].passed
     assert "raised peak memory by" in checks["tiled_memory_linear"].message
     assert checks["tiled_reference_blocks"].passed  # the small calls are untouched: only the memory check is lost
+
+
+def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
+    """An exception message that would clear the screen, set the window title, hide text and print a forged
+    total reaches every report as plain characters."""
+    import json
+
+    from autograder.report import gradescope_json, html
+    from autograder.report.terminal import terminal
+
+    forged = "\\x1b[2J\\x1b[H\\x1b]0;graded\\x07\\x1b[8mhidden\\x1b[0m\\r      total 100/100\\x9b31m\\u202e"
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, f"    print('{forged}')\n    raise ValueError('{forged}')\n")]})
+    res = grade(sub, stages=["softmax"])
+    message = res.stages["softmax"].checks[0].message
+    assert "hidden" in message and "total 100/100" in message  # the text stays, as text
+    outputs = [terminal(res, verbose=True), terminal(res, color=True), html.render(res), gradescope_json.as_text(res)]
+    outputs += [t["output"] for t in json.loads(outputs[-1])["tests"]]
+    for out in outputs:
+        for bad in ("\x1b[2J", "\x1b]0", "\x07", "\x1b[8m", "\r", "\x9b", "\u202e"):
+            assert bad not in out, (bad, out[:200])

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import StudentCrash, StudentError, StudentTimeout
+from ..outcomes import StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import namespaces
 from .launchers import (
     ForkServer,
@@ -156,7 +156,7 @@ class Worker:
             data = (self.scratch / "output.txt").read_bytes()[-OUTPUT_LIMIT:]
         except OSError:
             return ""
-        return data.decode("utf-8", "replace")[-n:]
+        return plain(data.decode("utf-8", "replace"))[-n:]
 
     # -- calls ------------------------------------------------------------
     def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -186,7 +186,7 @@ class Worker:
                 raise self._died("the child did not start properly")
             self._ready = True
         line = self._read_line(limit)
-        reply = wire.loads(line)
+        reply = plain_data(wire.loads(line))  # every string a submission sends is shown as text, never run
         if reply.get("id") != req_id:
             raise self._died("the child answered out of turn")
         if not reply["ok"]:
