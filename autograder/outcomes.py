@@ -26,6 +26,10 @@ class StudentAborted(Exception):
     """The child did not answer: it hung (timeout) or died (crash)."""
 
 
+class BudgetSpent(Exception):
+    """The whole grade's time budget ran out: the checks left are not run (the sandbox raises it per call)."""
+
+
 class StudentTimeout(StudentAborted):
     """No answer within the time limit of one call."""
 

@@ -30,6 +30,7 @@ class Failure(StrEnum):
     UNREADABLE = "unreadable"  # the result came back in a form the check could not read
     NO_TORCH = "no_torch"  # torch could not be loaded in the child
     GRADER = "grader_error"  # the grader's own trouble (a dead fork server)
+    BUDGET = "budget"  # not run, or stopped: the whole grade's time budget ran out
 
     @property
     def aborted(self) -> bool:

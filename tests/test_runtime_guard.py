@@ -126,3 +126,29 @@ def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
     for out in outputs:
         for bad in ("\x1b[2J", "\x1b]0", "\x07", "\x1b[8m", "\r", "\x9b", "\u202e"):
             assert bad not in out, (bad, out[:200])
+
+
+def test_a_submission_sleeping_at_import_everywhere_ends_with_the_budget_and_a_complete_record(tmp_path):
+    """Every stage module sleeps at import: once the whole grade's budget is out, the checks left fail with
+    that message, and the record, results.json and the stage table still hold every stage and check."""
+    import json
+
+    from autograder.report import gradescope_json
+    from autograder.report.terminal import terminal
+    from autograder.results import Failure
+    from autograder.stages import STAGES, SUBMISSION_FILES, checks_to_run
+
+    sleep = "import typing\n\ntyping.sys.modules['time'].sleep(600)\n"
+    sub = variant(tmp_path, {})
+    for name in SUBMISSION_FILES:
+        (sub / name).write_text(sleep + (sub / name).read_text())
+    res = grade(sub, budget=12)
+    assert set(res.stages) == {s.name for s in STAGES}
+    for name, sr in res.stages.items():
+        assert len(sr.checks) == len(checks_to_run(name, False)) and not any(r.passed for r in sr.checks)
+    spent = [r for sr in res.stages.values() for r in sr.checks if r.failure == Failure.BUDGET]
+    assert spent and all("time budget (12 s) ran out" in r.message for r in spent)
+    tests = json.loads(gradescope_json.as_text(res))["tests"]
+    assert len(tests) == sum(len(sr.checks) for sr in res.stages.values())
+    table = terminal(res)
+    assert all(name in table for name in res.stages) and "total" in table

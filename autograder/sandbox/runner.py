@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import StudentCrash, StudentError, StudentTimeout, plain, plain_data
+from ..outcomes import BudgetSpent, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import namespaces
 from .launchers import (
     ForkServer,
@@ -35,6 +35,7 @@ from .safe_files import UnusableFile, read_bytes
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
+BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
@@ -76,6 +77,8 @@ class Worker:
         self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
+        self.deadline: float | None = None  # time.monotonic() at which the whole grade's budget runs out
+        self.budget_s: float = 0.0  # that budget, for the message
         self._next_id = 0
         self._buf = b""
 
@@ -134,6 +137,7 @@ class Worker:
         the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
         system does not count it."""
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
+        fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         try:
             value = fresh.call(target, *args, timeout=timeout, **kwargs)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
@@ -181,11 +185,21 @@ class Worker:
         # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
         # FIRST_CALL_FACTOR times the limit, every later call the limit itself
         limit = timeout if timeout is not None else self.timeout * (FIRST_CALL_FACTOR if req_id == 1 else 1)
-        if not self._ready:  # the child's first line says it has loaded
-            if wire.loads(self._read_line(limit)).get("value") != "ready":
-                raise self._died("the child did not start properly")
-            self._ready = True
-        line = self._read_line(limit)
+        capped = self.deadline is not None and self.deadline - time.monotonic() < limit
+        if capped:  # the grade's budget ends first: the call gets what is left of it
+            limit = self.deadline - time.monotonic()
+            if limit <= 0:
+                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s))
+        try:
+            if not self._ready:  # the child's first line says it has loaded
+                if wire.loads(self._read_line(limit)).get("value") != "ready":
+                    raise self._died("the child did not start properly")
+                self._ready = True
+            line = self._read_line(limit)
+        except StudentTimeout:
+            if capped:
+                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s)) from None
+            raise
         reply = plain_data(wire.loads(line))  # every string a submission sends is shown as text, never run
         if reply.get("id") != req_id:
             raise self._died("the child answered out of turn")
