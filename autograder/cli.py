@@ -59,10 +59,12 @@ def _grade(args) -> int:
         return 2
 
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
-    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers,
+    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
                 pictures=any(r.pictures for r, _ in wanted))
     for note in found.notes:
-        print(f"note: {note}")
+        from .outcomes import plain
+
+        print(f"note: {plain(note)}")  # names paths inside the upload, which the submission chose
     print(terminal(res, verbose=args.verbose, color=use_color()))
     from .feedback.hints import remember_run
 
@@ -169,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         g.add_argument(f"--{renderer.name}", metavar="FILE", help=renderer.help)
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
+    g.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole grade (default: $ATTN_GRADE_BUDGET, else 480); past it the checks "
+                        "left are not run")
     g.add_argument("-v", "--verbose", action="store_true", help="show every failing check")
     g.add_argument("--require-pass", metavar="STAGES",
                    help="exit 1 unless these stages pass (comma-separated; for CI such as GitHub Classroom)")

@@ -20,15 +20,41 @@ from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
 from .feedback import localise
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
-from .outcomes import CannotReplay, Fail, GraderBug, MissingFixture, StudentAborted, StudentError, StudentTimeout
+from .outcomes import (
+    BudgetSpent,
+    CannotReplay,
+    Fail,
+    GraderBug,
+    MissingFixture,
+    StudentAborted,
+    StudentError,
+    StudentTimeout,
+    plain,
+)
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
-from .sandbox.runner import Worker, capped, protections
+from .sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
 from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
 from .stages.fixtures import Replayer, load
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
+# the whole grade's time, under Gradescope's 10 minutes with a margin (ATTN_GRADE_BUDGET or --budget change it)
+DEFAULT_BUDGET_S = 480.0
+
+
+def grade_budget(budget: float | None = None) -> float:
+    """The whole grade's budget in seconds: the one given, else ATTN_GRADE_BUDGET, else DEFAULT_BUDGET_S."""
+    import os
+
+    if budget is not None:
+        return float(budget)
+    try:
+        return float(os.environ.get("ATTN_GRADE_BUDGET", DEFAULT_BUDGET_S))
+    except ValueError:
+        return DEFAULT_BUDGET_S
+
+
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
 
 
@@ -106,9 +132,14 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
-    aborted, stopped = None, 0
+    aborted, stopped, budget_out = None, 0, False
+    worker = getattr(api, "worker", None)
     for c in checks_to_run(stage, public_only):
         api.called, api.printed = [], ""
+        deadline = getattr(worker, "deadline", None)
+        if not aborted and deadline is not None and time.monotonic() >= deadline:
+            aborted = BUDGET_MESSAGE.format(worker.budget_s)
+            budget_out = True
         if missing:
             results.append(not_run(c, f"{', '.join(missing)} missing from the submission", Failure.MISSING))
             continue
@@ -116,7 +147,10 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(not_run(c, "; ".join(unusable), Failure.REFUSED))
             continue
         if aborted:
-            results.append(not_run(c, f"not run: {aborted}", Failure.AFTER_ABORT))
+            if budget_out:
+                results.append(not_run(c, aborted, Failure.BUDGET))
+            else:
+                results.append(not_run(c, f"not run: {aborted}", Failure.AFTER_ABORT))
             continue
         try:
             with np.errstate(all="ignore"):  # student values may be NaN or inf; the checks say so in words
@@ -137,6 +171,9 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(failed(c, f"your code did not finish: {e}",
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
                                   where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called)))
+        except BudgetSpent as e:  # this check, and every one after it, are out of the grade's time
+            aborted, budget_out = str(e), True
+            results.append(not_run(c, str(e), Failure.BUDGET))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
         except Exception as e:
@@ -240,26 +277,28 @@ def reference():
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
-          workers: dict | None = None, pictures: bool = False) -> Results:
+          workers: dict | None = None, pictures: bool = False, budget: float | None = None) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
     a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches;
     there the numpy child inherits the server's imported torch, unused);
-    `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart)."""
+    `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart);
+    `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run."""
     t0 = time.monotonic()
+    budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
     started = any(getattr(w, "child", None) is not None for w in (workers or {}).values())
     snap = (current(submission) if started else None) or take(submission)  # what every part of this grade reads
     try:
-        return _grade(submission, snap, t0, stages, seed, timeout, ref, mistakes, public_only, zygote, workers,
-                      pictures)
+        return _grade(submission, snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
+                      workers, pictures)
     finally:
         release(snap)
 
 
-def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistakes, public_only, zygote, workers,
-           pictures) -> Results:
+def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
+           zygote, workers, pictures) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
@@ -277,11 +316,16 @@ def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistak
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
             Worker(submission, timeout=timeout, zygote=zygote, reuse_memory=not torch)
+        worker.deadline, worker.budget_s = t0 + budget_s, budget_s
         api = StudentAPI(worker)
         try:
             if torch:
                 try:
                     api.warmup(timeout=max(120.0, timeout))
+                except BudgetSpent as e:
+                    for name in names:
+                        found[name] = none_run(name, str(e), Failure.BUDGET)
+                    return
                 except (StudentError, StudentAborted) as e:
                     for name in names:
                         found[name] = none_run(name, f"torch could not be loaded: {e}", Failure.NO_TORCH)
@@ -289,7 +333,10 @@ def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistak
             for name in names:
                 found[name] = run_stage(api, ctx, name, submission, public_only)
                 if any(not r.passed for r in found[name]):  # which function is wrong on its own
-                    located.update(localise.located_for(api, ctx, name, submission))
+                    try:
+                        located.update(localise.located_for(api, ctx, name, submission))
+                    except BudgetSpent:
+                        pass  # the grade's time is out: the stage's results stand without localisation
             if pictures and not torch:
                 from .report import pictures as pics
 
@@ -317,7 +364,7 @@ def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistak
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
-    ignored = sorted(n for n in [*snap.data, *snap.problems] if n not in SUBMISSION_FILES)
+    ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in SUBMISSION_FILES)
     res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
                   located=located, files={n: h for n, h in snap.sha256.items() if n in SUBMISSION_FILES})
     res.next_step = next_step(res)  # after localisation: the pointer is part of the step

@@ -26,6 +26,10 @@ class StudentAborted(Exception):
     """The child did not answer: it hung (timeout) or died (crash)."""
 
 
+class BudgetSpent(Exception):
+    """The whole grade's time budget ran out: the checks left are not run (the sandbox raises it per call)."""
+
+
 class StudentTimeout(StudentAborted):
     """No answer within the time limit of one call. `where` is (file, line, function) of the submission line
     it was running, when the child's stack showed one."""
@@ -58,3 +62,37 @@ class GraderBug(Exception):
 
 class CannotReplay(Exception):
     """The reference cannot stand in for this student function (a driver has no reference answer)."""
+
+
+_ESCAPES = None
+
+
+def plain(text: str) -> str:
+    """`text` with no terminal escape sequences and no control characters but newline and tab: what a
+    submission writes (an exception's message, printed output, a file name) shown as the characters it
+    is, never as a command to the terminal (clear the screen, set the title, hide or overwrite text).
+    Carriage returns become newlines; bidirectional overrides, which reorder what is shown, are dropped."""
+    global _ESCAPES
+    if _ESCAPES is None:
+        import re
+
+        _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, clearing
+                              r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window title, links
+                              r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
+                              r"|\x1b[ -/]*[0-~]?"  # any other escape
+                              r"|\x9b[0-?]*[ -/]*[@-~]"  # the 8-bit CSI
+                              r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+    if not isinstance(text, str):
+        return text
+    return _ESCAPES.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def plain_data(value):
+    """Every string in a reply from a child (nested in dicts, lists, tuples), made plain."""
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {plain(k) if isinstance(k, str) else k: plain_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_data(v) for v in value)
+    return value

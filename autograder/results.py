@@ -31,6 +31,7 @@ class Failure(StrEnum):
     NO_TORCH = "no_torch"  # torch could not be loaded in the child
     HARNESS = "harness_error"  # the grading run itself broke (a dead fork server): run the grade again
     GRADER = "grader_error"  # the check's own code raised: the kit's bug, which costs the student nothing
+    BUDGET = "budget"  # not run, or stopped: the whole grade's time budget ran out
 
     @property
     def aborted(self) -> bool:

@@ -221,3 +221,19 @@ def test_decode_work_hidden_in_numpy_is_caught(tmp_path):
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
     assert not cost.passed and "__array__" in cost.message, cost.message
     assert sum(r.passed for r in res.stages["kv_cache"].checks) >= len(res.stages["kv_cache"].checks) - 2
+
+
+def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):
+    """A parameter called `input` (as torch's F.softmax has it) and locals called `vars` and `help` are the
+    module's own names, not the builtins: the correct softmax written with them keeps every point. The builtins
+    the rule names stay refused where the name is the builtin."""
+    sub = variant(tmp_path, {"softmax.py": [
+        ("def softmax(scores: np.ndarray, axis: int = -1)", "def softmax(input: np.ndarray, axis: int = -1)"),
+        ("    scores = np.asarray(scores)\n    top = np.max(scores, axis=axis, keepdims=True)\n",
+         "    vars = np.asarray(input)\n    help = np.max(vars, axis=axis, keepdims=True)\n    scores, top = vars, help\n")]})
+    assert refusals((sub / "softmax.py").read_bytes(), OWN) == []
+    res = grade(sub, stages=["softmax"])
+    assert res.stages["softmax"].score == res.stages["softmax"].max_score == 12
+    for source in ("def f(x):\n    return vars(x)\n", "def f(vars):\n    return 1\n\n\ndef g(x):\n    return vars(x)\n",
+                   "def f(x):\n    open = x\n    return open\n\n\nopen('y')\n"):
+        assert [r.what for r in refusals(source, OWN)] == (["vars"] if "vars" in source else ["open"]), source

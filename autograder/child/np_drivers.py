@@ -1,7 +1,7 @@
 """Child-side helpers for the numpy bonus stages (no torch): they need objects that cannot cross
-the wire (a random Generator) or measurements made next to the student's code (memory, access)."""
+the wire (a random Generator), inputs built where the call is made, and runs in a fresh child whose peak memory
+the parent reads. What they record here may feed a diagnosis; it never decides a point by itself."""
 import importlib
-import tracemalloc
 
 import numpy as np
 
@@ -18,18 +18,15 @@ def dropout_probe(weights, p, seed, training, *, pkg):
     return invariants.call(fn, np.asarray(weights), p, np.random.default_rng(seed), training)
 
 
-def tiled_peak_memory(n, d=16, block=64, *, pkg):
-    """(peak bytes allocated (tracemalloc) by one causal tiled call at n = n_q = n_k, the output's shape)."""
-    fn = _mod(pkg, "tiled").tiled_attention
+def tiled_memory_run(n, d=16, block=64, baseline=False, *, pkg):
+    """One causal tiled call at n = n_q = n_k in a fresh child that ends after it, so the parent can read the
+    child's peak memory when it reaps it (sandbox.Worker.measure); for the baseline, the same inputs and no
+    call. Returns the output's shape (the peak, measured outside, decides)."""
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
-    tracemalloc.start()
-    try:
-        out = fn(q, k, v, True, block, block)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return int(peak), list(np.shape(out))
+    if baseline:
+        return [n, d]
+    return list(np.shape(_mod(pkg, "tiled").tiled_attention(q, k, v, True, block, block)))
 
 
 class _Tracked(np.ndarray):

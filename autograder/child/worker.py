@@ -121,6 +121,10 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
     sub_dir = os.path.realpath(sub_dir)
     if os.environ.get("ATTN_REUSE_MEMORY"):
         reuse_memory()
+    if os.environ.get("ATTN_GUARD") != "off":  # the operator's switch (to measure its cost); children inherit none
+        from autograder.child import guard
+
+        guard.install(sub_dir, pkg)  # before any of the submission loads: from here on, the rule holds
     load_package(sub_dir, pkg)
     stack = open_stack_file(sub_dir)
     results.write(wire.dumps({"id": 0, "ok": True, "value": "ready"}))
@@ -161,6 +165,8 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
 def main() -> None:
     sub_dir, pkg, req_fd, res_fd = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     serve(sub_dir, pkg, os.fdopen(req_fd, "rb"), os.fdopen(res_fd, "wb", buffering=0))
+    sys.stdout.flush()
+    os._exit(0)  # no exit handlers: whatever the submission registered there never runs outside the guard's view
 
 
 if __name__ == "__main__":

@@ -98,9 +98,9 @@ stage may be written in more than one file ({shared}):
 - {REFERENCE_RULE}. float32 inputs are fine; compute in any float dtype.
 - Properties any correct attention has: weights that sum to 1, masked weights exactly 0, the future
   never changing the past, decoding with a cache equal to the full forward.
-- Costs, measured next to your code: the FLOPs of one KV-cache decode step (they must grow
-  linearly with the cache), the peak memory of the fused call at T = 8192 and of the tiled bonus
-  stage (no T x T matrix). The docstrings say which.
+- Costs: the FLOPs of one KV-cache decode step (they must grow linearly with the cache), and the
+  peak memory of the fused call at T = 8192 and of the tiled bonus stage at n = 4096 (no T x T
+  matrix), which the grader reads from outside the process running your code. The docstrings say which.
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.

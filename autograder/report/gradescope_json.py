@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..feedback.advice import STATUS_WORD, diagnosis_text
+from ..outcomes import plain
 from ..results import CheckResult, Results, StageResult, StageStatus
 from ..stages import BY_NAME, SHOWN_ORDER
 
@@ -23,6 +24,7 @@ _NUMBERED = re.compile(r"^(\s*\d+)\.(?=\s)", re.M)
 
 def md_text(text: str) -> str:
     """`text` as a Markdown paragraph: its `code spans` kept, every other Markdown character escaped."""
+    text = plain(text)
     parts = text.split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
         parts = [text]
@@ -32,6 +34,7 @@ def md_text(text: str) -> str:
 
 def md_block(text: str) -> str:
     """`text` verbatim in a fenced block, the fence longer than any run of backticks inside."""
+    text = plain(text)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{text}\n{fence}"

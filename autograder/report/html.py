@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..feedback.advice import STATUS_WORD, blocked_note
+from ..outcomes import plain
 from ..results import Results
 from ..stages import HINTS, SHOWN_ORDER, mistakes_of
 
@@ -85,7 +86,9 @@ def _printed(output: str) -> str:
 
 
 def render(res: Results) -> str:
-    e = html.escape
+    def e(text: str) -> str:  # escaped, and without the control characters a submission's text may carry
+        return html.escape(plain(text))
+
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
            f"<style>{CSS}</style></head><body>",
            f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(str(res.submission))}</code> "

@@ -1,6 +1,7 @@
 """The terminal report: the stage table, the failing checks with their diagnoses, the next step."""
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..feedback.sources import rel
+from ..outcomes import plain
 from ..results import Results, StageResult, StageStatus
 from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
 
@@ -44,7 +45,7 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
     if notes:
         lines.append("")
-        lines.extend(f"  {stage}: {note}" for stage, note in notes)
+        lines.extend(f"  {stage}: {plain(note)}" for stage, note in notes)
     for sr in res.stages.values():
         lines.extend(failure_lines(sr, res, verbose, c))
     faults = [r for sr in res.stages.values() for r in sr.checks if r.forgiven]
@@ -100,7 +101,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain,
         diag = f" [{r.diagnosis}]" if r.diagnosis else ""
         cite = f" (reread {r.check.cite})" if r.check.cite else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
-        out.extend(f"      {line}" for line in r.message.splitlines())
+        out.extend(f"      {line}" for line in plain(r.message).splitlines())
         out.extend(printed_lines(r.output, None if verbose else printed))
         if shown >= 4 and not verbose:
             return out, sum(not x.passed and not x.forgiven for x in sr.checks) - shown

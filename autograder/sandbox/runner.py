@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import StudentCrash, StudentError, StudentTimeout
+from ..outcomes import BudgetSpent, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import namespaces
 from .launchers import (
     ForkServer,
@@ -37,6 +37,7 @@ from .safe_files import current, take
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
+BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
@@ -81,6 +82,8 @@ class Worker:
         self.changed: list[dict] = []
         self.printed = ""  # what the last call printed (stdout and stderr), at most PRINTED_LIMIT characters
         self._printed_from: int | None = None  # the log's size when the call in progress began
+        self.deadline: float | None = None  # time.monotonic() at which the whole grade's budget runs out
+        self.budget_s: float = 0.0  # that budget, for the message
         self._next_id = 0
         self._buf = b""
 
@@ -103,6 +106,8 @@ class Worker:
         env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         if self.reuse_memory:
             env["ATTN_REUSE_MEMORY"] = "1"
+        if os.environ.get("ATTN_GUARD") == "off":  # the operator's switch, to measure the run-time guard's cost
+            env["ATTN_GUARD"] = "off"
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
@@ -138,6 +143,7 @@ class Worker:
         the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
         system does not count it."""
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
+        fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         try:
             value = fresh.call(target, *args, timeout=timeout, **kwargs)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
@@ -198,7 +204,7 @@ class Worker:
             data = (self.scratch / "output.txt").read_bytes()[-OUTPUT_LIMIT:]
         except OSError:
             return ""
-        return data.decode("utf-8", "replace")[-n:]
+        return plain(data.decode("utf-8", "replace"))[-n:]
 
     # -- calls ------------------------------------------------------------
     def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
@@ -220,18 +226,28 @@ class Worker:
         # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
         # FIRST_CALL_FACTOR times the limit, every later call the limit itself
         limit = timeout if timeout is not None else self.timeout * (FIRST_CALL_FACTOR if req_id == 1 else 1)
+        capped = self.deadline is not None and self.deadline - time.monotonic() < limit
+        if capped:  # the grade's budget ends first: the call gets what is left of it
+            limit = self.deadline - time.monotonic()
+            if limit <= 0:
+                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s))
         try:  # the child is told the limit: just before it, it leaves its stack for hang_site
             os.write(self.child.requests, wire.dumps({"id": req_id, "target": target, "args": list(args),
                                                       "kwargs": kwargs, "limit": limit}))
         except BrokenPipeError:
             raise self._died("the child process had already exited") from None
-        if not self._ready:  # the child's first line says it has loaded
-            if wire.loads(self._read_line(limit)).get("value") != "ready":
-                raise self._died("the child did not start properly")
-            self._ready = True
-        line = self._read_line(limit)
+        try:
+            if not self._ready:  # the child's first line says it has loaded
+                if wire.loads(self._read_line(limit)).get("value") != "ready":
+                    raise self._died("the child did not start properly")
+                self._ready = True
+            line = self._read_line(limit)
+        except StudentTimeout:
+            if capped:
+                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s)) from None
+            raise
         self.printed, self._printed_from = self._printed_since(self._printed_from), None
-        reply = wire.loads(line)
+        reply = plain_data(wire.loads(line))  # every string a submission sends is shown as text, never run
         if reply.get("id") != req_id:
             raise self._died("the child answered out of turn")
         if not reply["ok"]:

@@ -14,15 +14,16 @@ import ast
 import os
 from dataclasses import dataclass
 
-RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
-        "dataclasses, functools, itertools, collections, abc, enum, numbers and each other, and nothing "
-        "else; they may not open files, run strings as code (eval, exec, compile, __import__), change "
-        "numpy or torch themselves (np.allclose = ...), or reach into frames, globals or dunder attributes "
-        "such as __globals__ and __subclasses__. A module that does is refused before any of it runs")
-ALLOWED_MODULES = {"numpy", "torch", "math", "typing", "__future__", "dataclasses", "functools", "itertools",
-                   "collections", "abc", "enum", "numbers"}
+from ..child.guard import ALLOWED_MODULES
+from ..child.guard import RULE as _RULE
+
+# the same rule the run-time guard enforces (autograder/child/guard.py), and when each side applies it
+RULE = _RULE + (". A module that does is refused before any of it runs, or stopped with this rule when it "
+                "tries at run time")
+# the builtins the rule names (files, strings run as code, globals and frames), refused where a name refers to the
+# builtin itself: a parameter or a local called `vars` or `input` is the module's own name, not the builtin
 REFUSED_NAMES = {"eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "breakpoint",
-                 "input", "help", "memoryview", "__builtins__", "__loader__", "__spec__"}
+                 "__builtins__", "__loader__", "__spec__"}
 # attributes, on any object: numpy's and torch's file, process and extension parts, frames, code objects
 REFUSED_ATTRIBUTES = {
     "tofile", "fromfile", "dump", "dumps", "save", "savez", "savez_compressed", "savetxt", "load", "loadtxt",
@@ -73,6 +74,7 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
         found.append(Refusal(getattr(node, "lineno", 0), what))
 
     libraries = _library_names(tree)
+    builtins_used = {id(n) for n in _builtin_uses(tree, REFUSED_NAMES)}
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AugAssign, ast.AnnAssign)) else node.targets if isinstance(node, ast.Delete) else []
@@ -93,7 +95,7 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
             names = [f"{module}.{a.name}" for a in node.names]
             if not _module_allowed(module, own) or any(not _module_allowed(n, own) for n in names):
                 refuse(node, f"from {module} import {', '.join(a.name for a in node.names)}")
-        elif isinstance(node, ast.Name) and node.id in REFUSED_NAMES:
+        elif isinstance(node, ast.Name) and id(node) in builtins_used:
             refuse(node, f"{node.id}")
         elif isinstance(node, ast.Attribute):
             attr = node.attr
@@ -112,6 +114,56 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
             refuse(node, "a path under /proc")
     return sorted(found, key=lambda r: r.line)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _own_nodes(scope: ast.AST):
+    """The nodes of one scope: its body, down to (and including) nested defs, lambdas and classes, whose insides
+    are their own scopes. A nested def's decorators and defaults are counted with it (a close enough reading)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _bound(scope: ast.AST) -> set[str]:
+    """The names a scope binds: parameters, assignment and loop targets, imports, defs, `as` names."""
+    names: set[str] = set()
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = scope.args
+        names |= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
+    for node in _own_nodes(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _builtin_uses(tree: ast.Module, wanted: set[str]) -> list[ast.Name]:
+    """The uses of a name in `wanted` that no enclosing scope of the module binds: the builtin itself."""
+    found: list[ast.Name] = []
+
+    def visit(scope: ast.AST, outer: set[str]) -> None:
+        known = outer | _bound(scope)
+        for node in _own_nodes(scope):
+            if isinstance(node, ast.Name) and node.id in wanted and node.id not in known:
+                found.append(node)
+            elif isinstance(node, _SCOPES):
+                visit(node, known)
+
+    visit(tree, set())
+    return found
 
 
 def _root_name(node: ast.AST) -> str | None:

@@ -1,0 +1,154 @@
+"""The run-time guard (autograder/child/guard.py): what the static check cannot see (a module reached through
+`typing.sys.modules`, a builtin taken from `builtins`) is stopped when it runs, with the rule; correct code,
+and the imports numpy and torch make for themselves, keep every point."""
+import pytest
+from conftest import grade, variant
+
+SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
+MODULES = "typing.sys.modules"
+# each: a line run inside the student's softmax, reaching past the rule through modules already loaded in the
+# child; MARK is replaced by a path under the test's own folder, which must stay untouched
+ATTACKS = {
+    "os.system": f"{MODULES}['os'].system('touch MARK')",
+    "open for writing": f"{MODULES}['builtins'].open('MARK', 'w').write('x')",
+    "open for reading": f"{MODULES}['builtins'].open('/etc/hostname').read()",
+    "os.open": f"{MODULES}['os'].open('MARK', 0o101)",
+    "a socket": f"{MODULES}['importlib'].import_module('socket').socket()",
+    "a new module": f"{MODULES}['builtins'].__import__('sqlite3')",
+    "exec": f"{MODULES}['builtins'].exec('import os')",
+    "eval": f"{MODULES}['builtins'].eval('1 + 1')",
+    "ctypes": f"{MODULES}['ctypes'].CDLL(None)",
+    "a file through a library": f"{MODULES}['importlib'].import_module('pathlib').Path('MARK').write_text('x')",
+    "the environment": f"{MODULES}['os'].putenv('X', '1')",
+    "listing a folder": f"{MODULES}['os'].listdir('/')",
+    "a process": f"{MODULES}['os'].fork()",
+}
+
+
+@pytest.fixture
+def static_check_off(monkeypatch):
+    """The static check's early refusal switched off: the guard alone has to hold."""
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_reaching_past_the_rule_at_run_time_is_stopped_with_the_rule(name, tmp_path, static_check_off):
+    mark = tmp_path / "mark"
+    line = ATTACKS[name].replace("MARK", str(mark))
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, f"    {line}\n" + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax"])
+    sm = res.stages["softmax"]
+    assert sm.score == 0, name
+    messages = [r.message for r in sm.checks if not r.passed]
+    assert any("refused at run time" in m and "may import numpy" in m for m in messages), messages[:2]
+    assert not mark.exists()
+
+
+def test_a_thread_of_library_code_gets_no_more_than_the_student_would(tmp_path, static_check_off):
+    """A thread whose target is a builtin has no student frame on its stack (here `list.extend` drawing from
+    `map(open, ...)`: the file is opened by C code alone): any thread but the main one counts as the
+    student's, since the grader runs none in the child."""
+    m = MODULES
+    steal = (f"    got = []\n    {m}['_thread'].start_new_thread(got.extend, (map({m}['builtins'].open, "
+             f"[{m}['sys'].executable], ['rb']),))\n    {m}['time'].sleep(0.5)\n"
+             "    if got:\n        raise ValueError('opened ' + repr(got[0].read(4)))\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, steal + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax"])
+    assert not any("opened b" in r.message for r in res.stages["softmax"].checks)
+    assert res.stages["softmax"].status == "passed"
+
+
+def test_refused_at_import_in_a_module_body(tmp_path, static_check_off):
+    """A stage module that reaches `os` at import is refused when it loads; the other stages are graded."""
+    sub = variant(tmp_path, {"scaling.py": [("import numpy as np\n",
+                                             "import typing\n\nimport numpy as np\n\n"
+                                             f"{MODULES}['os'].system('true')\n")]})
+    res = grade(sub, stages=["scaling", "projections"])
+    assert res.stages["scaling"].score == 0
+    assert any("refused at run time: os.system" in r.message for r in res.stages["scaling"].checks)
+    assert res.stages["projections"].status == "passed"
+
+
+def test_correct_code_with_dataclasses_and_lazy_library_imports_passes(tmp_path, static_check_off):
+    """Library work done on the student's behalf (a dataclass's generated code, numpy importing a part of
+    itself for the first time inside a student call) is the library's, not the student's."""
+    helper = ("import dataclasses\n\nimport numpy as np\n\n\n@dataclasses.dataclass\nclass _Scale:\n"
+              "    by: float = 1.0\n\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", helper),
+                                            (SOFTMAX_BODY, SOFTMAX_BODY + "    np.linalg.norm(scores)\n"
+                                             "    scores = scores * _Scale().by\n")]})
+    res = grade(sub, stages=["softmax"])
+    assert res.stages["softmax"].status == "passed", [r.message for r in res.stages["softmax"].checks]
+
+
+NAIVE_TILED = ("    if q.shape[0] >= 2048:  # the whole n x n matrix at once\n"
+               "        s = (q @ k.T) / np.sqrt(q.shape[1])\n"
+               "        s = np.where(np.tri(len(q), len(k), dtype=bool), s, -np.inf)\n"
+               "        e = np.exp(s - s.max(axis=1, keepdims=True))\n"
+               "        return (e / e.sum(axis=1, keepdims=True)) @ v\n")
+# what a forger adds: the in-child profiler, reached through an allowed module, stopped and its peak cleared
+FORGE_TRACEMALLOC = ("        try:\n            tm = typing.sys.modules['tracemalloc']\n"
+                     "            tm.stop()\n            tm.start()\n"
+                     "        except Exception:\n            pass\n")
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_tiled_memory_is_the_parents_count_of_a_fresh_child(forged, tmp_path, static_check_off):
+    """An untiled n x n call loses the memory check, and resetting the in-child profiler gains it nothing: the
+    peak is the kernel's, read by the parent when it reaps the child."""
+    body = NAIVE_TILED.replace("        return", FORGE_TRACEMALLOC + "        return") if forged else NAIVE_TILED
+    sub = variant(tmp_path, {"tiled.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                          ("    n_q, d_k = q.shape\n", body + "    n_q, d_k = q.shape\n")]})
+    res = grade(sub, stages=["tiled"])
+    checks = {r.check.name: r for r in res.stages["tiled"].checks}
+    assert not checks["tiled_memory_linear"].passed
+    assert "raised peak memory by" in checks["tiled_memory_linear"].message
+    assert checks["tiled_reference_blocks"].passed  # the small calls are untouched: only the memory check is lost
+
+
+def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
+    """An exception message that would clear the screen, set the window title, hide text and print a forged
+    total reaches every report as plain characters."""
+    import json
+
+    from autograder.report import gradescope_json, html
+    from autograder.report.terminal import terminal
+
+    forged = "\\x1b[2J\\x1b[H\\x1b]0;graded\\x07\\x1b[8mhidden\\x1b[0m\\r      total 100/100\\x9b31m\\u202e"
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, f"    print('{forged}')\n    raise ValueError('{forged}')\n")]})
+    res = grade(sub, stages=["softmax"])
+    message = res.stages["softmax"].checks[0].message
+    assert "hidden" in message and "total 100/100" in message  # the text stays, as text
+    outputs = [terminal(res, verbose=True), terminal(res, color=True), html.render(res), gradescope_json.as_text(res)]
+    outputs += [t["output"] for t in json.loads(outputs[-1])["tests"]]
+    for out in outputs:
+        for bad in ("\x1b[2J", "\x1b]0", "\x07", "\x1b[8m", "\r", "\x9b", "\u202e"):
+            assert bad not in out, (bad, out[:200])
+
+
+def test_a_submission_sleeping_at_import_everywhere_ends_with_the_budget_and_a_complete_record(tmp_path):
+    """Every stage module sleeps at import: once the whole grade's budget is out, the checks left fail with
+    that message, and the record, results.json and the stage table still hold every stage and check."""
+    import json
+
+    from autograder.report import gradescope_json
+    from autograder.report.terminal import terminal
+    from autograder.results import Failure
+    from autograder.stages import STAGES, SUBMISSION_FILES, checks_to_run
+
+    sleep = "import typing\n\ntyping.sys.modules['time'].sleep(600)\n"
+    sub = variant(tmp_path, {})
+    for name in SUBMISSION_FILES:
+        (sub / name).write_text(sleep + (sub / name).read_text())
+    res = grade(sub, budget=12)
+    assert set(res.stages) == {s.name for s in STAGES}
+    for name, sr in res.stages.items():
+        assert len(sr.checks) == len(checks_to_run(name, False)) and not any(r.passed for r in sr.checks)
+    spent = [r for sr in res.stages.values() for r in sr.checks if r.failure == Failure.BUDGET]
+    assert spent and all("time budget (12 s) ran out" in r.message for r in spent)
+    tests = json.loads(gradescope_json.as_text(res))["tests"]
+    assert len(tests) == sum(len(sr.checks) for sr in res.stages.values())
+    table = terminal(res)
+    assert all(name in table for name in res.stages) and "total" in table
