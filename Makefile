@@ -12,7 +12,7 @@ instructor-help:
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
 	@echo "make release                 the student repo in dist/student"
-	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
+	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip (its secret beside it: dist/autograder.secret); gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
