@@ -20,7 +20,16 @@ from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
 from .feedback import localise
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
-from .outcomes import CannotReplay, Fail, GraderBug, MissingFixture, StudentAborted, StudentError, StudentTimeout
+from .outcomes import (
+    CannotReplay,
+    Fail,
+    GraderBug,
+    GraderEnvironment,
+    MissingFixture,
+    StudentAborted,
+    StudentError,
+    StudentTimeout,
+)
 from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
 from .sandbox.runner import Worker, protections
@@ -106,9 +115,12 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
-    aborted, stopped = None, 0
+    aborted, stopped, environment = None, 0, None
     for c in checks_to_run(stage, public_only):
         api.called = []
+        if environment:  # it will not start for the next check either
+            results.append(not_run(c, environment, Failure.ENVIRONMENT))
+            continue
         if missing:
             results.append(not_run(c, f"{', '.join(missing)} missing from the submission", Failure.MISSING))
             continue
@@ -135,6 +147,9 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                 aborted = f"an earlier check of this stage did not finish ({e})"
             results.append(failed(c, f"your code did not finish: {e}",
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH))
+        except GraderEnvironment as e:
+            environment = environment_message(str(e))
+            results.append(not_run(c, environment, Failure.ENVIRONMENT))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
         except Exception as e:
@@ -148,6 +163,13 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
 
 
 STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
+
+
+def environment_message(what: str) -> str:
+    """What a student reads when the grader's environment, not their code, kept checks from running."""
+    return (f"not run: the grader's environment could not run your code: {what}. This is not a problem with your "
+            "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
+            "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
 
 
 def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
@@ -278,16 +300,23 @@ def _grade(submission: Path, snap, t0: float, stages, seed, timeout, ref, mistak
         try:
             if torch:
                 try:
-                    api.warmup(timeout=max(120.0, timeout))
-                except (StudentError, StudentAborted) as e:
+                    api.warmup(timeout=max(120.0, timeout))  # imports torch, nothing of the submission
+                except (StudentError, StudentAborted, GraderEnvironment) as e:
+                    why = environment_message(str(e) if isinstance(e, GraderEnvironment) else
+                                              f"torch could not be loaded in the child ({e})")
                     for name in names:
-                        found[name] = none_run(name, f"torch could not be loaded: {e}", Failure.NO_TORCH)
+                        found[name] = none_run(name, why, Failure.NO_TORCH)
                     return
+            environment = None
             for name in names:
+                if environment:  # the child cannot start: the stages after it are not run either
+                    found[name] = none_run(name, environment, Failure.ENVIRONMENT)
+                    continue
                 found[name] = run_stage(api, ctx, name, submission, public_only)
-                if any(not r.passed for r in found[name]):  # which function is wrong on its own
+                environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
+                if not environment and any(not r.passed for r in found[name]):  # which function is wrong on its own
                     located.update(localise.located_for(api, ctx, name, submission))
-            if pictures and not torch:
+            if pictures and not torch and not environment:
                 from .report import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))

@@ -110,11 +110,12 @@ def diagnoses_of(result: dict) -> list[str]:
 
 
 def troubles(result: dict) -> list[str]:
-    """Why a graded submission's code stopped: hangs and crashes, one line each."""
+    """Why a graded submission's code stopped (hangs and crashes) or could not run at all (the grader's
+    environment), one line each."""
     out = []
     for t in result["tests"]:
         data = t.get("extra_data", {})
-        if data.get("failure") and Failure(data["failure"]).aborted:
+        if data.get("failure") and (Failure(data["failure"]).aborted or Failure(data["failure"]).environment):
             line = (data.get("message") or "").strip().splitlines()[:1] or [""]
             out.append(f"{data['stage']}: {line[0].strip()[:200]}")
     return list(dict.fromkeys(out))
