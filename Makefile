@@ -81,9 +81,9 @@ gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused
 
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db
-	$(PY) -m autograder.instructor.notebooks nbgrader --out dist/nbgrader
+	$(PY) -m autograder.instructor.notebooks nbgrader --out dist/nbgrader $(if $(BONUS),--bonus $(BONUS))
 	cd dist/nbgrader && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" nbgrader db assignment add attention
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter $(if $(BONUS),--bonus $(BONUS))
