@@ -237,9 +237,9 @@ def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> 
     e = html.escape
     stages = [s for s in SHOWN_ORDER if any(s.name in batch.results[st.counted]["extra_data"]["stages"]
                                             for st in who.values() if st.counted)]
-    out = ["<h2>Students</h2><p>Click a column's header to sort by it. Columns "
-           f"{stages[0].number if stages else ''} to {stages[-1].number if stages else ''}: the points of each stage "
-           "(numbered as in the stages' table; * bonus).</p>"
+    columns = (f" Columns {stages[0].number} to {stages[-1].number}: the points of each stage (numbered as in the "
+               "stages' table; * bonus)." if stages else "")
+    out = [f"<h2>Students</h2><p>Click a column's header to sort by it.{columns}</p>"
            "<table id='students' class='sortable'><thead><tr><th>student</th><th class='num'>total</th>"
            + "".join(f"<th class='num' title='{e(s.name)}'>{s.number}{'*' if s.bonus else ''}</th>" for s in stages)
            + "<th>submissions</th></tr></thead><tbody>"]
