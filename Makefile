@@ -12,7 +12,7 @@ instructor-help:
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
 	@echo "make release                 the student repo in dist/student"
-	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip; gradescope-local SUBMISSION=PATH runs it here"
+	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip (its secret beside it: dist/autograder.secret); gradescope-local SUBMISSION=PATH runs it here"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
@@ -81,9 +81,9 @@ gpu-check: $(VENV)/.student  ## the torch stages on CUDA (fp32/fp16/bf16), fused
 
 .PHONY: nbgrader
 nbgrader: $(VENV)/.instructor  ## the nbgrader course directory in dist/nbgrader, with its gradebook.db
-	$(PY) -m autograder.instructor.notebooks nbgrader --out dist/nbgrader
+	$(PY) -m autograder.instructor.notebooks nbgrader --out dist/nbgrader $(if $(BONUS),--bonus $(BONUS))
 	cd dist/nbgrader && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" nbgrader db assignment add attention
 
 .PHONY: otter
 otter: $(VENV)/.instructor  ## otter-grader master notebook + `otter assign` in dist/otter (student notebook, autograder zip)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m autograder.instructor.notebooks otter --out dist/otter $(if $(BONUS),--bonus $(BONUS))

@@ -139,8 +139,8 @@ def _regrade(args) -> int:
     except Untrusted as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out / 'summary.csv'}, {out / 'class-report.html'}, {out / 'diagnoses.csv'} and one results JSON "
-          f"per submission in {out}/")
+    print(f"wrote {out / 'summary.csv'}, {out / 'grades.csv'} (one row per student), {out / 'class-report.html'}, "
+          f"{out / 'diagnoses.csv'} and one results JSON and report page per submission in {out}/")
     return 0
 
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     cs.add_argument("stage")
     cs.add_argument("results")
     cs.set_defaults(fn=_classroom_step)
-    c = sub.add_parser("class-report", help="class-report.html and diagnoses.csv from a folder of results JSONs")
+    c = sub.add_parser("class-report", help="class-report.html, grades.csv and diagnoses.csv from a folder of results JSONs")
     c.add_argument("results_dir")
     c.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
     c.set_defaults(fn=_class_report)

@@ -25,6 +25,7 @@ from .outcomes import (
     CannotReplay,
     Fail,
     GraderBug,
+    GraderEnvironment,
     MissingFixture,
     StudentAborted,
     StudentError,
@@ -132,10 +133,13 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
-    aborted, stopped, budget_out = None, 0, False
+    aborted, stopped, budget_out, environment = None, 0, False, None
     worker = getattr(api, "worker", None)
     for c in checks_to_run(stage, public_only):
         api.called, api.printed = [], ""
+        if environment:  # it will not start for the next check either
+            results.append(not_run(c, environment, Failure.ENVIRONMENT))
+            continue
         deadline = getattr(worker, "deadline", None)
         if not aborted and deadline is not None and time.monotonic() >= deadline:
             aborted = BUDGET_MESSAGE.format(worker.budget_s)
@@ -174,6 +178,9 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
         except BudgetSpent as e:  # this check, and every one after it, are out of the grade's time
             aborted, budget_out = str(e), True
             results.append(not_run(c, str(e), Failure.BUDGET))
+        except GraderEnvironment as e:
+            environment = environment_message(str(e))
+            results.append(not_run(c, environment, Failure.ENVIRONMENT))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
         except Exception as e:
@@ -188,6 +195,13 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
 
 
 STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
+
+
+def environment_message(what: str) -> str:
+    """What a student reads when the grader's environment, not their code, kept checks from running."""
+    return (f"not run: the grader's environment could not run your code: {what}. This is not a problem with your "
+            "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
+            "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
 
 
 def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
@@ -321,23 +335,30 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
         try:
             if torch:
                 try:
-                    api.warmup(timeout=max(120.0, timeout))
+                    api.warmup(timeout=max(120.0, timeout))  # imports torch, nothing of the submission
                 except BudgetSpent as e:
                     for name in names:
                         found[name] = none_run(name, str(e), Failure.BUDGET)
                     return
-                except (StudentError, StudentAborted) as e:
+                except (StudentError, StudentAborted, GraderEnvironment) as e:
+                    why = environment_message(str(e) if isinstance(e, GraderEnvironment) else
+                                              f"torch could not be loaded in the child ({e})")
                     for name in names:
-                        found[name] = none_run(name, f"torch could not be loaded: {e}", Failure.NO_TORCH)
+                        found[name] = none_run(name, why, Failure.NO_TORCH)
                     return
+            environment = None
             for name in names:
+                if environment:  # the child cannot start: the stages after it are not run either
+                    found[name] = none_run(name, environment, Failure.ENVIRONMENT)
+                    continue
                 found[name] = run_stage(api, ctx, name, submission, public_only)
-                if any(not r.passed for r in found[name]):  # which function is wrong on its own
+                environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
+                if not environment and any(not r.passed for r in found[name]):  # which function is wrong on its own
                     try:
                         located.update(localise.located_for(api, ctx, name, submission))
                     except BudgetSpent:
                         pass  # the grade's time is out: the stage's results stand without localisation
-            if pictures and not torch:
+            if pictures and not torch and not environment:
                 from .report import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))

@@ -43,6 +43,11 @@ class StudentCrash(StudentAborted):
     """The child process exited or was killed while a call was running."""
 
 
+class GraderEnvironment(Exception):
+    """The grader's own environment cannot run the student's code at all: the child's interpreter cannot
+    start, or a package the grader needs there (numpy, torch) is missing. No line of the submission has run."""
+
+
 class MissingFixture(Exception):
     """The student repo has no recorded answer for this call: the check needs the full autograder."""
 

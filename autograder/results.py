@@ -28,10 +28,16 @@ class Failure(StrEnum):
     AFTER_ABORT = "after_abort"  # not run: an earlier check of the stage hung or crashed
     NO_FIXTURE = "no_fixture"  # the student repo has no recorded answer: the check needs the autograder
     UNREADABLE = "unreadable"  # the result came back in a form the check could not read
-    NO_TORCH = "no_torch"  # torch could not be loaded in the child
+    NO_TORCH = "no_torch"  # torch could not be loaded in the child (the grader's environment)
+    ENVIRONMENT = "environment"  # the child could not start, or lacks a package: the grader's environment
     HARNESS = "harness_error"  # the grading run itself broke (a dead fork server): run the grade again
     GRADER = "grader_error"  # the check's own code raised: the kit's bug, which costs the student nothing
     BUDGET = "budget"  # not run, or stopped: the whole grade's time budget ran out
+
+    @property
+    def environment(self) -> bool:
+        """The grader's environment, not the student's code, kept the check from running."""
+        return self in (Failure.NO_TORCH, Failure.ENVIRONMENT)
 
     @property
     def aborted(self) -> bool:

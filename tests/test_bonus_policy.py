@@ -1,5 +1,7 @@
 """One bonus policy, chosen at build time (`BONUS=apart|folded`): Gradescope's score is the sum of its
 tests' scores under either, and GitHub Classroom's reporter total is the same number."""
+import json
+
 import pytest
 from conftest import SOLUTIONS, grade, variant
 
@@ -29,3 +31,63 @@ def test_gradescope_score_is_its_tests_sum_and_classrooms_total(graded, policy):
     full = results_json(graded["solutions"], bonus_policy=policy)
     assert full["score"] == CORE_POINTS + (BONUS_POINTS if policy == "folded" else 0)
     assert graded["zero-mask"].score < CORE_POINTS
+
+
+def notebook_scores(res, policy: str) -> dict[str, tuple[float, float]]:
+    """Each notebook edition's (score, total) for a graded submission, from the points its generated notebook
+    declares (not by running nbgrader or otter): nbgrader gives a test cell its stage's score up to the cell's
+    points, otter a test case its points when its check passes."""
+    from autograder.instructor.notebooks import build_notebook, otter_master
+
+    nb = build_notebook(policy)
+    cells = [c["metadata"]["nbgrader"] for c in nb["cells"] if c["metadata"]["nbgrader"].get("grade")]
+    nbgrader = (sum(min(res.stages[c["grade_id"].removeprefix("test_")].score, c["points"]) for c in cells),
+                sum(c["points"] for c in cells))
+    questions = [c["source"] for c in otter_master("kit.whl", policy)["cells"]
+                 if c["cell_type"] == "raw" and c["source"].startswith("# BEGIN QUESTION")]
+    otter_score = otter_total = 0.0
+    for q in questions:
+        name = q.split("name: ")[1].split("\n")[0]
+        points = json.loads(q.split("points: ")[1].split("\n")[0])
+        checks = res.stages[name].checks
+        assert len(points) == len(checks)
+        otter_score += sum(p for p, r in zip(points, checks) if r.passed)
+        otter_total += sum(points)
+    return {"nbgrader": nbgrader, "otter": (otter_score, otter_total)}
+
+
+@pytest.mark.parametrize("policy", BONUS_POLICIES)
+def test_every_channel_gives_one_score_under_the_policy(graded, policy):
+    """Gradescope's score, Classroom's reporter total and both notebook editions' totals are one number per
+    submission under each policy: the bonus stages count in all of them (folded) or in none (apart)."""
+    for name, res in graded.items():
+        gradescope = results_json(res, bonus_policy=policy)
+        classroom = results_for(res, bonus_folded=policy == "folded")
+        scores = {"gradescope": (gradescope["score"], sum(t["max_score"] for t in gradescope["tests"])),
+                  "classroom": (sum(t["score"] for r in classroom.values() for t in r["tests"]),
+                                sum(r["max_score"] for r in classroom.values())),
+                  **notebook_scores(res, policy)}
+        expected = res.score + (res.bonus_score if policy == "folded" else 0)
+        total = CORE_POINTS + (BONUS_POINTS if policy == "folded" else 0)
+        for channel, (score, out_of) in scores.items():
+            assert score == pytest.approx(expected) and out_of == pytest.approx(total), (name, channel, scores)
+    assert graded["solutions"].score + graded["solutions"].bonus_score == CORE_POINTS + BONUS_POINTS
+
+
+def test_an_apart_bonus_cell_is_worth_nothing_and_returns_nothing():
+    """nbgrader takes a test cell's value as its partial credit and refuses one above the cell's points: a
+    bonus cell worth 0 prints its score instead of returning it."""
+    from autograder.instructor.notebooks import build_notebook
+    from autograder.stages import BY_NAME
+
+    for policy in BONUS_POLICIES:
+        for c in build_notebook(policy)["cells"]:
+            meta = c["metadata"]["nbgrader"]
+            if not meta.get("grade"):
+                continue
+            stage = BY_NAME[meta["grade_id"].removeprefix("test_")]
+            last = c["source"].splitlines()[-1]
+            if stage.bonus and policy == "apart":
+                assert meta["points"] == 0 and last.startswith("print(") and "apart" in last
+            else:
+                assert meta["points"] == stage.points and last == "score"

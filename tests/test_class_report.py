@@ -1,6 +1,11 @@
-"""The class report from a batch: counts of the mistakes planted, the crashed and unreadable
-submissions, pseudonyms, and a page that renders with its plots."""
+"""The class report from a batch: the students with their totals (one row per student, however many
+submissions), the LMS's grades.csv, links to each submission's results and report, counts of the
+mistakes planted, the crashed and unreadable submissions, pseudonyms, integer axes, empty sections
+left out, no instructor path in what goes back to students, and a page that renders, and sorts, in
+Chromium."""
 import csv
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -8,13 +13,16 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import ROOT, SOLUTIONS, variant
+from conftest import EXERCISES, ROOT, SOLUTIONS, variant
 from test_diagnosis import MUTANTS
 from test_html_report import CHROMIUM, FLAGS, _images
 
+from autograder.instructor import class_report
 from autograder.instructor.class_report import pseudonym
 from autograder.instructor.regrade import regrade
 from autograder.sandbox.launchers import separate_user_possible
+from autograder.sandbox.submission import make_zip
+from autograder.stages import CORE_POINTS, SHOWN_ORDER
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 
@@ -46,8 +54,19 @@ def batch(tmp_path_factory):
     (hang / "scores.py").write_text("while True:\n    pass\n" + (SOLUTIONS / "scores.py").read_text())
     shutil.move(str(hang), folder / "frank")
     (folder / "gina.zip").write_bytes(b"this is not a zip file")  # unreadable
+    # alice also hands in an older zip, the stubs as given: one student, and her better folder counts
+    make_zip(EXERCISES, folder / "alice.zip")
+    os.utime(folder / "alice.zip", (1_000_000_000, 1_000_000_000))
     out = regrade(folder, jobs=2, quiet=True, timeout=3, trust=TRUST)
     return out
+
+
+STUDENTS = [*PLANTED, "frank", "gina"]
+
+
+def _rows(page: str, table: str) -> list[str]:
+    body = page.split(f"id='{table}'")[1].split("</table>")[0]
+    return re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>")[1] if "<tbody>" in body else body, re.S)
 
 
 def test_counts_match_what_was_planted(batch):
@@ -103,9 +122,94 @@ def test_anonymized_report_from_a_results_folder(batch, tmp_path):
 
 def test_page_is_self_contained_with_plots(batch):
     text = (batch / "class-report.html").read_text()
-    assert not re.search(r"(src|href)=['\"]https?://", text)
-    imgs = _images(text)
-    assert len(imgs) == 2 and all(img.std() > 5 for img in imgs)
+    assert not re.search(r"(src|href)=['\"]https?://", text) and "<script src" not in text
+    imgs = _images(text)  # the totals, the stages, the mistakes
+    assert len(imgs) == 3 and all(img.std() > 5 for img in imgs)
+    assert "id='totals'" in text
+
+
+def test_one_row_per_student_with_their_totals_and_links(batch):
+    """alice.zip and alice/ are one student; the folder, with the higher total, counts; each row's total and
+    points are its counted submission's results; every link names a file that is there."""
+    page = (batch / "class-report.html").read_text()
+    rows = _rows(page, "students")
+    names = [re.search(r"<td class='name'>([^<]*)</td>", r).group(1) for r in rows]
+    assert sorted(names) == sorted(STUDENTS), names
+    summary = {r["submission"]: r for r in csv.DictReader(open(batch / "summary.csv"))}
+    best = float(summary["alice"]["total"])
+    assert float(summary["alice.zip"]["total"]) == 0 < best
+    alice = rows[names.index("alice")]
+    assert f"<td data-v='{best:g}'>{best:g}</td>" in alice
+    assert "alice (counted)" in alice and alice.index("alice (counted)") < alice.index("alice.zip")
+    links = re.findall(r"href='([^']+)'", page)
+    assert {"alice.json", "alice.html", "alice.zip.json", "alice.zip.html", "bob.json", "bob.html"} <= set(links)
+    assert all((batch / link).is_file() for link in links), links
+    gina = rows[names.index("gina")]
+    assert "none graded" in gina and "gina.zip: could not be graded" in gina and "href" not in gina
+    for name in ("bob", "carol"):
+        r = json.loads((batch / f"{name}.json").read_text())
+        cells = re.findall(r"<td data-v='([^']*)'>", rows[names.index(name)])
+        assert float(cells[0]) == r["score"] < CORE_POINTS
+        stages = [s for s in SHOWN_ORDER if s.name in r["extra_data"]["stages"]]
+        assert [float(c) for c in cells[1:]] == [r["extra_data"]["stages"][s.name]["score"] for s in stages]
+    assert f"{len(STUDENTS)} students, {len(STUDENTS) + 1} submissions" in page
+
+
+def test_grades_csv_has_one_row_per_student_for_an_lms(batch):
+    rows = list(csv.DictReader(open(batch / "grades.csv")))
+    assert [r["student"] for r in rows] == sorted(STUDENTS)
+    assert list(rows[0])[:2] == ["student", "total"] and [s.name for s in SHOWN_ORDER] == list(rows[0])[2:-2]
+    by = {r["student"]: r for r in rows}
+    assert float(by["alice"]["total"]) > 0 and by["alice"]["submission"] == "alice"
+    assert by["gina"]["total"] == "0" and by["gina"]["error"] and by["gina"]["submission"] == ""
+    for name in ("bob", "dave", "erin"):
+        r = json.loads((batch / f"{name}.json").read_text())
+        assert float(by[name]["total"]) == r["score"]
+        assert {s: float(by[name][s]) for s in r["extra_data"]["stages"]} == \
+            {s: v["score"] for s, v in r["extra_data"]["stages"].items()}
+
+
+def test_what_goes_back_to_students_names_no_instructor_path(batch):
+    """The results JSON and report of a folder submission name its files as handed in (`masking.py`), never the
+    batch's folder on the instructor's machine."""
+    folder = batch.with_name("batch")
+    assert str(folder.parent) not in (batch / "summary.csv").read_text()
+    for path in [*batch.glob("*.json"), *batch.glob("*.html")]:
+        if path.name != "class-report.html":
+            assert str(folder.parent) not in path.read_text(), path
+    bob = json.loads((batch / "bob.json").read_text())["output"]
+    assert "masking.py" in bob, bob
+    page = (batch / "bob.html").read_text()
+    assert "<code>bob</code>" in page and "masking.py" in page
+
+
+def test_empty_sections_are_left_out(batch, tmp_path):
+    """A class with no mistake, no blocked stage and nothing crashed: no heading for any of them."""
+    (tmp_path / "alice.json").write_text((batch / "alice.json").read_text())
+    page = (tmp_path / class_report.write(tmp_path).name).read_text()
+    assert "id='students'" in page and "id='totals'" in page
+    for gone in ("crashed", "id='troubles'", "Mistakes", "id='diagnoses'", "block others", "id='blocking'"):
+        assert gone not in page, gone
+    full = (batch / "class-report.html").read_text()
+    assert all(x in full for x in ("id='troubles'", "id='diagnoses'", "id='blocking'"))
+
+
+def test_count_axes_have_whole_numbers_only(monkeypatch):
+    """Two students: a default axis would tick 0.25, 0.5, ...; every count (and points) axis ticks integers."""
+    from collections import Counter
+
+    figures = []
+    monkeypatch.setattr(class_report, "_png", lambda fig: figures.append(fig) or "data:")
+    results = [{"extra_data": {"stages": {s.name: {"score": s.points * k} for s in SHOWN_ORDER}}} for k in (0.5, 1)]
+    class_report.totals_figure([37.0, 100.0], 100)
+    class_report.stage_figure(results)
+    class_report.diagnosis_figure(Counter({"mask-top-left": 2, "scale-missing": 1}))
+    totals, stages, mistakes = figures
+    axes = [totals.axes[0].yaxis, totals.axes[0].xaxis, mistakes.axes[0].xaxis]
+    axes += [ax.yaxis for ax in stages.axes if ax.axison]
+    for axis in axes:
+        ticks = axis.get_majorticklocs()
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
@@ -122,3 +226,30 @@ def test_page_renders_in_chromium(batch, tmp_path):
 
     img = np.asarray(Image.open(shot).convert("L"), dtype=float)
     assert img.shape[0] >= 1000 and img.std() > 10
+
+
+def _totals_in_order(dom: str) -> list[float]:
+    body = dom.split('id="students"')[1].split("</tbody>")[0]
+    return [float(v) for v in re.findall(r'<tr><td class="name">[^<]*</td><td data-v="([^"]*)"', body)]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_students_sort_by_a_clicked_header_in_chromium(batch, tmp_path):
+    """A click on the total's header sorts the students by it, highest first; a second click, lowest first; the
+    name's header sorts by name. The clicks are real events on the page's own script."""
+    page = (batch / "class-report.html").read_text()
+
+    def after(clicks: list[str]) -> str:
+        script = "".join(f"document.querySelector('#students th:nth-child({c})').click();" for c in clicks)
+        copy = tmp_path / f"clicked-{len(clicks)}-{clicks[0]}.html"
+        copy.write_text(page.replace("</body>", f"<script>{script}</script></body>"))
+        return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / copy.stem}", "--dump-dom",
+                               copy.as_uri()], capture_output=True, text=True, timeout=120).stdout
+
+    unsorted = _totals_in_order(after(["99"]))  # a header that is not there: nothing moves
+    assert len(unsorted) == len(STUDENTS) and unsorted != sorted(unsorted, reverse=True)
+    once = _totals_in_order(after(["2"]))
+    assert once == sorted(unsorted, reverse=True)
+    assert _totals_in_order(after(["2", "2"])) == sorted(unsorted)
+    names = re.findall(r'<tr><td class="name">([^<]*)</td>', after(["1"]).split('id="students"')[1].split("</tbody>")[0])
+    assert names == sorted(STUDENTS)

@@ -55,9 +55,11 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None, n
     return float(row[7]), (course / "feedback/alice/attention/attention.html").read_text()
 
 
-def test_nbgrader_solutions_full_marks(tmp_path):
-    score, _ = cycle(nbgrader_course(tmp_path / "course"), "solutions")
-    assert score == CORE_POINTS + BONUS_POINTS  # every stage's points, the bonus stages' included
+@pytest.mark.parametrize("policy", ["folded", "apart"])
+def test_nbgrader_solutions_full_marks(tmp_path, policy):
+    score, _ = cycle(nbgrader_course(tmp_path / "course", policy), "solutions")
+    # every stage's points, the bonus stages' included only where they are folded in (as on Gradescope)
+    assert score == CORE_POINTS + (BONUS_POINTS if policy == "folded" else 0)
 
 
 def test_nbgrader_untouched_release_scores_zero(tmp_path):
@@ -67,7 +69,7 @@ def test_nbgrader_untouched_release_scores_zero(tmp_path):
 
 @pytest.mark.parametrize("file", sorted(MISTAKES))
 def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path, file):
-    score, feedback = cycle(nbgrader_course(tmp_path / "course"), "solutions", MISTAKES[file])
+    score, feedback = cycle(nbgrader_course(tmp_path / "course", "folded"), "solutions", MISTAKES[file])
     direct = grade(variant(tmp_path / "v", {file: [MISTAKES[file]]}), seed=0)
     assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS
     # the feedback shows the student's report (public checks and the hidden ones' seed-0 twins); the hidden
@@ -86,7 +88,7 @@ def otter_assignment(tmp_path_factory):
         pytest.skip("otter-grader is not installed (requirements-instructor.txt)")
     from autograder.instructor.notebooks import otter_assign
 
-    return otter_assign(tmp_path_factory.mktemp("otter"))
+    return otter_assign(tmp_path_factory.mktemp("otter"), "folded")  # every stage counts, as make grade's stages
 
 
 def otter_run(result: Path, notebook: dict, tmp_path: Path, otter: Path = OTTER, env: dict | None = None) -> dict:
@@ -153,7 +155,7 @@ def installable(lines: list[str]) -> list[str]:
 def test_nbgrader_autograde_in_a_venv_made_by_the_course_readme(tmp_path):
     """The course folder's README install (its requirements.txt: nbgrader and the kit's wheel) in a fresh
     venv, nbgrader from it and no PYTHONPATH: the same score as `make grade`, for a submission with a mistake."""
-    course = nbgrader_course(tmp_path / "course")
+    course = nbgrader_course(tmp_path / "course", "folded")
     readme = (course / "README.md").read_text()
     assert ".venv/bin/pip install -r requirements.txt" in readme and ".venv/bin/nbgrader autograde attention" in readme
     venv = fresh_venv(tmp_path / "venv", installable((course / "requirements.txt").read_text().splitlines()), course)

@@ -190,6 +190,39 @@ def test_the_secret_never_travels_on_a_command_line(tmp_path):
     assert "--secret-file" in help_text and "--secret " not in help_text
 
 
+def test_the_zips_secret_is_kept_beside_it_for_a_regrade(tmp_path, monkeypatch):
+    """`make autograder` writes the course secret beside the zip, readable by its owner alone; a rebuild with no
+    secret given keeps it; `regrade --secret-file` with that file draws the seeds the zip draws on Gradescope."""
+    import json
+    import shutil
+    import stat
+    import subprocess
+    import sys
+    import zipfile
+
+    from autograder.instructor.build import autograder_zip
+    from autograder.instructor.gradescope import derive_seed
+
+    monkeypatch.delenv("COURSE_SECRET", raising=False)
+    built = autograder_zip(tmp_path / "dist" / "autograder.zip")
+    kept = tmp_path / "dist" / "autograder.secret"
+    zipped = zipfile.ZipFile(built).read("course_secret").decode()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600 and kept.read_text().strip() == zipped and len(zipped) >= 32
+    autograder_zip(built)  # rebuilt: the same secret, so earlier Gradescope runs stay reproducible
+    assert zipfile.ZipFile(built).read("course_secret").decode() == zipped == kept.read_text().strip()
+    kept.chmod(0o644)
+    autograder_zip(built, "a-new-secret")  # given one: it replaces the kept one, and the mode is put back
+    assert kept.read_text().strip() == "a-new-secret" and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    p = subprocess.run([sys.executable, "-m", "autograder", "regrade", str(batch), "--secret-file", str(kept),
+                        "--trust"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    seed = json.loads((tmp_path / "batch-results" / "alice.json").read_text())["extra_data"]["seed"]
+    assert seed == derive_seed("a-new-secret", batch / "alice") != derive_seed(zipped, batch / "alice")
+
+
 def test_the_sdpa_baseline_is_kept_only_on_a_students_own_machine(monkeypatch, tmp_path):
     """Between runs of `make grade` a student's machine keeps the baseline child's peak (one torch start less);
     as root (the autograder, a regrade) every grading process measures its own."""

@@ -55,6 +55,10 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
     just graded pass, it points at the first stage still failing elsewhere."""
     core_done = all(sr.status == "passed" for sr in res.core_stages)
+    faults = [(sr.stage, r) for sr in res.stages.values() for r in sr.checks if r.failure and r.failure.environment]
+    if faults:  # nothing of the student's can be fixed about it: say what is wrong with the grader's environment
+        stages = ", ".join(dict.fromkeys(name for name, _ in faults))
+        return f"stages {stages} were not graded: {faults[0][1].message.removeprefix('not run: ')}"
     for s in SHOWN_ORDER:  # the core stages first, whatever their numbers
         if s.bonus and not core_done:
             break

@@ -390,14 +390,34 @@ def fallback_results() -> str:
     return json.dumps(failed_results(" (grader error: its Python could not start or was stopped)"))
 
 
+def secret_file(zip_path: Path) -> Path:
+    """Where the course secret of the zip at `zip_path` is kept: beside it, `autograder.secret`. A rebuild
+    without a secret given keeps this one, so the hidden inputs of earlier Gradescope runs stay reproducible."""
+    return Path(zip_path).with_suffix(".secret")
+
+
+def write_secret(path: Path, secret: str) -> None:
+    """`secret` in `path`, mode 0600 from its creation on (never readable by others, not even for a moment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a file that was there already keeps its mode otherwise
+        os.write(fd, (secret + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = None,
                    hidden_visibility: str = DEFAULT_HIDDEN_VISIBILITY, bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """dist/autograder.zip: setup.sh, run_autograder, the full grader, attn_ref, the course secret and
-    the Gradescope visibility of the hidden checks."""
+    the Gradescope visibility of the hidden checks. The secret is also written beside the zip, readable by its
+    owner only (dist/autograder.secret: see secret_file), for `make regrade SECRET_FILE=...`."""
     if hidden_visibility not in GRADESCOPE_VISIBILITIES:
         raise ValueError(f"hidden visibility {hidden_visibility!r}: one of {', '.join(GRADESCOPE_VISIBILITIES)}")
-    secret = secret or os.environ.get("COURSE_SECRET") or secrets.token_hex(16)
+    kept = secret_file(out)
+    secret = (secret or os.environ.get("COURSE_SECRET") or (kept.read_text().strip() if kept.is_file() else "")
+              or secrets.token_hex(16))
     out.parent.mkdir(parents=True, exist_ok=True)
+    write_secret(kept, secret)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER % fallback_results())):
             info = zipfile.ZipInfo(name)
@@ -448,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default=str(DIST / "student"))
     a = sub.add_parser("autograder")
     a.add_argument("--out", default=str(DIST / "autograder.zip"))
-    a.add_argument("--secret", help="course secret for hidden-check seeds (default: $COURSE_SECRET or random)")
+    a.add_argument("--secret", help="course secret for hidden-check seeds (default: $COURSE_SECRET, else the one "
+                   "kept beside the zip by an earlier build, else random)")
     a.add_argument("--hidden-visibility", choices=GRADESCOPE_VISIBILITIES, default=DEFAULT_HIDDEN_VISIBILITY,
                    help="when students see the hidden checks on Gradescope (default: %(default)s, so they see "
                         "their total at once)")
@@ -463,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "release":
         print(f"wrote the student repo to {release(Path(args.out), args.bonus)}")
     elif args.cmd == "autograder":
-        print(f"wrote {autograder_zip(Path(args.out), args.secret, args.hidden_visibility, args.bonus)}")
+        out = autograder_zip(Path(args.out), args.secret, args.hidden_visibility, args.bonus)
+        print(f"wrote {out} and its course secret {secret_file(out)} (yours alone to read: "
+              f"`make regrade DIR=... SECRET_FILE={secret_file(out)}` draws Gradescope's hidden inputs)")
     else:
         if not Path(args.zip).is_file():
             autograder_zip(Path(args.zip))

@@ -1,14 +1,27 @@
-"""What the class gets wrong: `class-report.html` and `diagnoses.csv` from a folder of results.
+"""The class at a glance: `class-report.html`, `grades.csv` and `diagnoses.csv` from a folder of results.
 
     python -m autograder class-report RESULTS_DIR [--anonymize]
 
 RESULTS_DIR holds one results JSON per submission in the kit's format (what `make regrade` or the
-Gradescope zip writes) and, when `make regrade` wrote it, summary.csv (whose error column names the
-submissions that could not be graded at all). The page is self-contained (inline PNG plots, no
-script) and never shows code: per stage, the scores' histogram and the share passed / failed /
-blocked / not started; the diagnoses ranked by how many students made them, each with its stage,
-its explanation and the section to reread; which stages block how many students; and the
-submissions that crashed, hung or could not be read, with the reason.
+Gradescope zip writes), named after the submission (`alice.json` for a folder `alice/`,
+`alice.zip.json` for `alice.zip`), maybe a report page beside each (`alice.html`), and, when `make
+regrade` wrote it, summary.csv (whose error column names the submissions that could not be graded at
+all, and whose modified column says when each was last changed).
+
+One student, one row: a student is a submission's name without `.zip`, so `alice.zip` and `alice/`
+are the same student. Of a student's graded submissions the one with the higher total counts; of
+equal totals, the one changed last (then the name, so the choice is the same every run). A student
+none of whose submissions could be graded counts 0.
+
+The page is self-contained (inline PNG plots and one inline script, nothing fetched) and never shows
+code: the students with their totals and points per stage (click a header to sort), with links to
+each submission's results and report; a histogram of the totals; per stage, the scores' histogram
+and the share passed / failed / blocked / not started; the diagnoses ranked by how many students
+made them, each with its stage, its explanation and the section to reread; which stages block how
+many students; and the submissions that crashed, hung or could not be read, with the reason. A
+section with nothing to show is left out. grades.csv is one row per student for an LMS import
+(student, total, the points of each stage, the submission counted); it keeps the real names, as
+summary.csv does, under --anonymize too.
 """
 import argparse
 import base64
@@ -18,10 +31,12 @@ import html
 import io
 import json
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from ..results import Failure
-from ..stages import CATALOGUE, STAGES, mistakes_of
+from ..stages import CATALOGUE, SHOWN_ORDER, STAGES, mistakes_of
 
 STATUSES = ("passed", "failed", "blocked", "not_started")
 
@@ -31,16 +46,60 @@ def pseudonym(name: str) -> str:
     return "student-" + hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def load(results_dir: Path) -> tuple[dict[str, dict], dict[str, str]]:
-    """(name -> results JSON, name -> why it could not be graded)."""
-    results = {p.stem: json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))}
-    errors = {}
-    summary = Path(results_dir) / "summary.csv"
+def student_of(entry: str) -> str:
+    """The student a submission belongs to: its name in the batch without `.zip`."""
+    return entry.removesuffix(".zip")
+
+
+@dataclass
+class Batch:
+    """What a results folder holds, per submission (an entry of the batch: `alice`, `alice.zip`)."""
+
+    results: dict[str, dict] = field(default_factory=dict)  # entry -> its results JSON
+    errors: dict[str, str] = field(default_factory=dict)  # entry -> why it could not be graded
+    modified: dict[str, str] = field(default_factory=dict)  # entry -> when it was last changed (ISO 8601)
+    pages: set[str] = field(default_factory=set)  # entries with a report page (ENTRY.html) beside their JSON
+
+
+@dataclass
+class Student:
+    name: str
+    entries: list[str]  # every submission of theirs, graded or not, by name
+    counted: str | None  # the graded submission that counts (None: none could be graded)
+
+
+def load(results_dir: Path) -> Batch:
+    results_dir = Path(results_dir)
+    batch = Batch()
+    for p in sorted(results_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        if isinstance(r, dict) and "tests" in r and "extra_data" in r:
+            entry = p.name.removesuffix(".json")
+            batch.results[entry] = r
+            if p.with_suffix(".html").is_file():
+                batch.pages.add(entry)
+    summary = results_dir / "summary.csv"
     if summary.is_file():
         for row in csv.DictReader(open(summary)):
+            entry = row["submission"]
             if row.get("error"):
-                errors[Path(row["submission"]).stem] = row["error"]
-    return {n: r for n, r in results.items() if "tests" in r and "extra_data" in r}, errors
+                batch.errors[entry] = row["error"]
+            if row.get("modified"):
+                batch.modified[entry] = row["modified"]
+    return batch
+
+
+def students(batch: Batch) -> dict[str, Student]:
+    """Student name -> their submissions and the one counted (the rule in this module's docstring)."""
+    by_name: dict[str, list[str]] = {}
+    for entry in sorted({*batch.results, *batch.errors}):
+        by_name.setdefault(student_of(entry), []).append(entry)
+    out = {}
+    for name, entries in sorted(by_name.items()):
+        graded = [e for e in entries if e in batch.results]
+        counted = max(graded, key=lambda e: (batch.results[e]["score"], batch.modified.get(e, ""), e), default=None)
+        out[name] = Student(name, entries, counted)
+    return out
 
 
 def diagnoses_of(result: dict) -> list[str]:
@@ -51,11 +110,12 @@ def diagnoses_of(result: dict) -> list[str]:
 
 
 def troubles(result: dict) -> list[str]:
-    """Why a graded submission's code stopped: hangs and crashes, one line each."""
+    """Why a graded submission's code stopped (hangs and crashes) or could not run at all (the grader's
+    environment), one line each."""
     out = []
     for t in result["tests"]:
         data = t.get("extra_data", {})
-        if data.get("failure") and Failure(data["failure"]).aborted:
+        if data.get("failure") and (Failure(data["failure"]).aborted or Failure(data["failure"]).environment):
             line = (data.get("message") or "").strip().splitlines()[:1] or [""]
             out.append(f"{data['stage']}: {line[0].strip()[:200]}")
     return list(dict.fromkeys(out))
@@ -67,19 +127,51 @@ def _png(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def stage_figure(results: dict[str, dict]) -> str:
-    """One row of small histograms: each stage's scores over the class."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _integer_axis(axis) -> None:
+    """Whole-number ticks only: there is no half of a student (nor of a point, on a points axis)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def totals_figure(totals: list[float], top: float) -> str:
+    """The histogram of the students' totals, in bins of a tenth of the top score (whole points)."""
+    plt = _pyplot()
+    width = max(1, round(top / 10))
+    edges = list(range(0, int(top) + 1, width))  # the last bin holds its right edge: a full score
+    if edges[-1] < top:
+        edges.append(edges[-1] + width)
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    ax.hist(totals, bins=edges, color="#36c", edgecolor="white")
+    ax.set_xticks(edges)  # a tick at each bin's edge
+    ax.set_xlabel("total points")
+    ax.set_ylabel("students")
+    _integer_axis(ax.yaxis)
+    fig.tight_layout()
+    uri = _png(fig)
+    plt.close(fig)
+    return uri
+
+
+def stage_figure(results: list[dict]) -> str:
+    """Two rows of small histograms: each stage's scores over the class."""
+    plt = _pyplot()
     fig, axes = plt.subplots(2, (len(STAGES) + 1) // 2, figsize=(2.3 * ((len(STAGES) + 1) // 2), 4.4))
     for ax, s in zip(axes.flat, STAGES):
-        scores = [r["extra_data"]["stages"][s.name]["score"] for r in results.values() if s.name in r["extra_data"]["stages"]]
+        scores = [r["extra_data"]["stages"][s.name]["score"] for r in results if s.name in r["extra_data"]["stages"]]
         ax.hist(scores, bins=10, range=(0, s.points), color="#36c")
         ax.set_title(f"{s.number} {s.name}", fontsize=8)
         ax.tick_params(labelsize=7)
+        _integer_axis(ax.yaxis)
     for ax in list(axes.flat)[len(STAGES):]:
         ax.set_axis_off()
     fig.tight_layout()
@@ -89,15 +181,12 @@ def stage_figure(results: dict[str, dict]) -> str:
 
 
 def diagnosis_figure(counts: Counter) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     ranked = counts.most_common(15)[::-1]
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(ranked) + 0.8))
     ax.barh([k for k, _ in ranked], [v for _, v in ranked], color="#a11")
     ax.set_xlabel("students")
+    _integer_axis(ax.xaxis)
     ax.tick_params(labelsize=8)
     fig.tight_layout()
     uri = _png(fig)
@@ -105,39 +194,142 @@ def diagnosis_figure(counts: Counter) -> str:
     return uri
 
 
-def build(results: dict[str, dict], errors: dict[str, str], anonymize: bool = False) -> tuple[str, list[list[str]]]:
-    """(the page, the diagnoses.csv rows)."""
+# Click a header of a table with class "sortable" to sort its rows by that column (again: the other way).
+# A cell's data-v, where present, is what it sorts by; numbers sort as numbers.
+SORT_SCRIPT = """
+function sortTable(table, col, dir) {
+  var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+  function key(row) { var c = row.cells[col]; return c.hasAttribute('data-v') ? c.getAttribute('data-v') : c.textContent; }
+  rows.sort(function (a, b) {
+    var x = key(a), y = key(b), nx = parseFloat(x), ny = parseFloat(y);
+    var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+    return dir === 'ascending' ? c : -c;
+  });
+  rows.forEach(function (r) { body.appendChild(r); });
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, i) {
+    if (i === col) { th.setAttribute('aria-sort', dir); } else { th.removeAttribute('aria-sort'); }
+  });
+}
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, i) {
+    th.addEventListener('click', function () {
+      var first = th.classList.contains('num') ? 'descending' : 'ascending';
+      var other = first === 'ascending' ? 'descending' : 'ascending';
+      sortTable(table, i, th.getAttribute('aria-sort') === first ? other : first);
+    });
+  });
+});
+"""
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}table{border-collapse:"
+       "collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:"
+       "#f3f3f3}td.name{text-align:left}img{max-width:100%}table.sortable th{cursor:pointer;user-select:none}"
+       "th[aria-sort=ascending]::after{content:' \\25B2'}th[aria-sort=descending]::after{content:' \\25BC'}"
+       "td.none{color:#a11}")
+
+
+def _link(href: str, text: str) -> str:
+    return f"<a href='{html.escape(quote(href))}'>{text}</a>"
+
+
+def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> list[str]:
+    """The students with their totals and points per stage, the counted submission first among their links."""
+    e = html.escape
+    stages = [s for s in SHOWN_ORDER if any(s.name in batch.results[st.counted]["extra_data"]["stages"]
+                                            for st in who.values() if st.counted)]
+    columns = (f" Columns {stages[0].number} to {stages[-1].number}: the points of each stage (numbered as in the "
+               "stages' table; * bonus)." if stages else "")
+    out = [f"<h2>Students</h2><p>Click a column's header to sort by it.{columns}</p>"
+           "<table id='students' class='sortable'><thead><tr><th>student</th><th class='num'>total</th>"
+           + "".join(f"<th class='num' title='{e(s.name)}'>{s.number}{'*' if s.bonus else ''}</th>" for s in stages)
+           + "<th>submissions</th></tr></thead><tbody>"]
+    for st in who.values():
+        shown = show(st.name)
+        if st.counted is None:
+            cells = "<td data-v='-1' class='none'>none graded</td>" + "<td data-v='-1'></td>" * len(stages)
+        else:
+            r = batch.results[st.counted]
+            graded = r["extra_data"]["stages"]
+            cells = f"<td data-v='{r['score']:g}'>{r['score']:g}</td>" + "".join(
+                f"<td data-v='{graded[s.name]['score']:g}'>{graded[s.name]['score']:g}</td>" if s.name in graded
+                else "<td data-v='-1'></td>" for s in stages)
+        subs = []
+        for entry in sorted(st.entries, key=lambda x: x != st.counted):  # the counted one first
+            label = e(show(st.name) + entry[len(st.name):])
+            if entry not in batch.results:
+                subs.append(f"{label}: could not be graded")
+                continue
+            parts = [_link(f"{entry}.json", "results")] if links else []
+            if links and entry in batch.pages:
+                parts.append(_link(f"{entry}.html", "report"))
+            note = " (counted)" if entry == st.counted and len(st.entries) > 1 else ""
+            subs.append(f"{label}{note}" + (f" ({', '.join(parts)})" if parts else ""))
+        out.append(f"<tr><td class='name'>{e(shown)}</td>{cells}<td class='name'>{'; '.join(subs)}</td></tr>")
+    out.append("</tbody></table>")
+    return out
+
+
+def grades_rows(who: dict[str, Student], batch: Batch) -> list[list]:
+    """grades.csv: a header, then one row per student (real names: it is for the LMS)."""
+    rows: list[list] = [["student", "total", *[s.name for s in SHOWN_ORDER], "submission", "error"]]
+    for st in who.values():
+        if st.counted is None:
+            why = "; ".join(f"{x}: {batch.errors.get(x, '')}" for x in st.entries)
+            rows.append([st.name, 0, *[0 for _ in SHOWN_ORDER], "", why])
+            continue
+        r = batch.results[st.counted]
+        graded = r["extra_data"]["stages"]
+        rows.append([st.name, f"{r['score']:g}", *[f"{graded[s.name]['score']:g}" if s.name in graded else 0
+                                                    for s in SHOWN_ORDER], st.counted, ""])
+    return rows
+
+
+def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], list[list]]:
+    """(the page, the diagnoses.csv rows, the grades.csv rows). Under `anonymize` the page has no links to
+    the submissions' files, whose names are the students' names."""
     show = pseudonym if anonymize else (lambda n: n)
     e = html.escape
-    n = len(results) + len(errors)
-    per_student = {name: diagnoses_of(r) for name, r in results.items()}
+    who = students(batch)
+    counted = {name: batch.results[st.counted] for name, st in who.items() if st.counted}
+    per_student = {name: diagnoses_of(r) for name, r in counted.items()}
     counts = Counter(d for ds in per_student.values() for d in ds)
-    blocked_by = Counter(st["blocked_by"] for r in results.values() for st in r["extra_data"]["stages"].values()
+    blocked_by = Counter(st["blocked_by"] for r in counted.values() for st in r["extra_data"]["stages"].values()
                          if st.get("status") == "blocked" and st.get("blocked_by"))
     blocked_students = {b: sum(any(st.get("blocked_by") == b for st in r["extra_data"]["stages"].values())
-                               for r in results.values()) for b in blocked_by}
-    out = ["<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: class report</title><style>",
-           "body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}table{border-collapse:"
-           "collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:"
-           "#f3f3f3}td.name{text-align:left}img{max-width:100%}</style></head><body>",
-           f"<h1>Class report</h1><p>{n} submissions: {len(results)} graded, {len(errors)} could not be graded."
-           f"{' Names are pseudonyms.' if anonymize else ''}</p>",
-           "<h2>Stages</h2><table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>mean</th>"
-           + "".join(f"<th>{s.replace('_', ' ')}</th>" for s in STATUSES) + "</tr>"]
-    for s in STAGES:
-        rows = [r["extra_data"]["stages"][s.name] for r in results.values() if s.name in r["extra_data"]["stages"]]
-        if not rows:
-            continue
-        mean = sum(x["score"] for x in rows) / len(rows)
-        shares = "".join(f"<td>{100 * sum(x['status'] == st for x in rows) / len(rows):.0f}%</td>" for st in STATUSES)
-        out.append(f"<tr><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}</td>"
-                   f"<td>{s.points}</td><td>{mean:.1f}</td>{shares}</tr>")
-    out.append("</table>")
-    if results:
-        out.append(f"<figure><img id='histograms' alt='scores per stage' src='{stage_figure(results)}'>"
+                               for r in counted.values()) for b in blocked_by}
+    n_entries = len({*batch.results, *batch.errors})
+    merged = sum(len(st.entries) > 1 for st in who.values())
+    out = ["<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: class report</title>"
+           f"<style>{CSS}</style></head><body>",
+           f"<h1>Class report</h1><p>{len(who)} students, {n_entries} submissions: {len(batch.results)} graded, "
+           f"{len(batch.errors)} could not be graded."
+           + (f" {merged} of the students handed in more than one submission (a zip and a folder of the same "
+              "name): the higher total counts, of equal totals the one changed last." if merged else "")
+           + f"{' Names are pseudonyms.' if anonymize else ''}</p>"]
+    out += students_table(who, batch, show, links=not anonymize)
+    if counted:
+        totals = [r["score"] for r in counted.values()]
+        top = max(sum(t["max_score"] for t in r["tests"]) for r in counted.values()) or max(totals) or 1
+        mean = sum(totals) / len(totals)
+        out.append(f"<figure><img id='totals' alt='totals' src='{totals_figure(totals, top)}'><figcaption>Totals "
+                   f"of the {len(totals)} graded students (x: points, of {top:g}; y: students); mean {mean:.1f}"
+                   "</figcaption></figure>")
+        out.append("<h2>Stages</h2><table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>mean</th>"
+                   + "".join(f"<th>{s.replace('_', ' ')}</th>" for s in STATUSES) + "</tr>")
+        for s in STAGES:
+            rows = [r["extra_data"]["stages"][s.name] for r in counted.values() if s.name in r["extra_data"]["stages"]]
+            if not rows:
+                continue
+            mean = sum(x["score"] for x in rows) / len(rows)
+            shares = "".join(f"<td>{100 * sum(x['status'] == st for x in rows) / len(rows):.0f}%</td>"
+                             for st in STATUSES)
+            out.append(f"<tr><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}</td>"
+                       f"<td>{s.points}</td><td>{mean:.1f}</td>{shares}</tr>")
+        out.append("</table>")
+        out.append(f"<figure><img id='histograms' alt='scores per stage' src='{stage_figure(list(counted.values()))}'>"
                    "<figcaption>Scores per stage (x: points, y: students)</figcaption></figure>")
-    out.append("<h2>Mistakes, by how many students made them</h2>")
     if counts:
+        out.append("<h2>Mistakes, by how many students made them</h2>")
         out.append(f"<figure><img id='mistakes' alt='diagnoses' src='{diagnosis_figure(counts)}'></figure>")
         out.append("<table id='diagnoses'><tr><th>students</th><th>diagnosis</th><th>stage</th><th>what it is</th>"
                    "<th>reread</th></tr>")
@@ -146,39 +338,44 @@ def build(results: dict[str, dict], errors: dict[str, str], anonymize: bool = Fa
             out.append(f"<tr><td>{c}</td><td class='name'>{e(d)}</td><td class='name'>{e(m.stage)}</td>"
                        f"<td class='name'>{e(m.explanation)}</td><td class='name'>{e(m.reread)}</td></tr>")
         out.append("</table>")
-    else:
-        out.append("<p>No catalogued mistake was named.</p>")
-    out.append("<h2>Stages that block others</h2>")
     if blocked_by:
+        out.append("<h2>Stages that block others</h2>")
         out.append("<table id='blocking'><tr><th>stage</th><th>students blocked by it</th><th>stages blocked</th></tr>")
         for b, c in blocked_by.most_common():
             out.append(f"<tr><td class='name'>{e(b)}</td><td>{blocked_students[b]}</td><td>{c}</td></tr>")
         out.append("</table>")
-    else:
-        out.append("<p>No stage was blocked by another.</p>")
-    out.append("<h2>Submissions that crashed, hung or could not be read</h2><table id='troubles'>"
-               "<tr><th>submission</th><th>what happened</th></tr>")
-    for name, why in sorted(errors.items()):
-        why = why.replace(name, show(name))  # the reason may hold the folder's path
-        out.append(f"<tr><td class='name'>{e(show(name))}</td><td class='name'>could not be graded: {e(why)}</td></tr>")
-    for name, r in sorted(results.items()):
-        for t in troubles(r):
-            out.append(f"<tr><td class='name'>{e(show(name))}</td><td class='name'>{e(t.replace(name, show(name)))}</td></tr>")
-    out.append("</table></body></html>")
+
+    def shown(entry: str) -> str:
+        return show(student_of(entry)) + entry[len(student_of(entry)):]
+
+    def hide_name(text: str, entry: str) -> str:  # a reason may hold the submission's name, or its path
+        return text.replace(entry, shown(entry)).replace(student_of(entry), show(student_of(entry)))
+
+    trouble_rows = [(entry, f"could not be graded: {why}") for entry, why in sorted(batch.errors.items())]
+    trouble_rows += [(entry, t) for entry, r in sorted(batch.results.items()) for t in troubles(r)]
+    if trouble_rows:
+        out.append("<h2>Submissions that crashed, hung or could not be read</h2><table id='troubles'>"
+                   "<tr><th>submission</th><th>what happened</th></tr>")
+        for entry, what in trouble_rows:
+            out.append(f"<tr><td class='name'>{e(shown(entry))}</td><td class='name'>{e(hide_name(what, entry))}</td></tr>")
+        out.append("</table>")
+    out.append(f"<script>{SORT_SCRIPT}</script></body></html>")
     csv_rows = [[show(name), d, CATALOGUE[d].stage] for name, ds in sorted(per_student.items()) for d in ds]
-    return "\n".join(out), csv_rows
+    return "\n".join(out), csv_rows, grades_rows(who, batch)
 
 
 def write(results_dir: Path, out: Path | None = None, anonymize: bool = False) -> Path:
-    """class-report.html and diagnoses.csv in `out` (default: results_dir)."""
-    results, errors = load(results_dir)
+    """class-report.html, grades.csv and diagnoses.csv in `out` (default: results_dir)."""
+    batch = load(results_dir)
     out = Path(out or results_dir)
-    page, rows = build(results, errors, anonymize)
+    page, rows, grades = build(batch, anonymize)
     (out / "class-report.html").write_text(page)
     with open(out / "diagnoses.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["submission", "diagnosis", "stage"])
         w.writerows(rows)
+    with open(out / "grades.csv", "w", newline="") as f:
+        csv.writer(f).writerows(grades)
     return out / "class-report.html"
 
 
@@ -187,5 +384,5 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results_dir")
     p.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
     args = p.parse_args(argv)
-    print(f"wrote {write(Path(args.results_dir), anonymize=args.anonymize)} and diagnoses.csv")
+    print(f"wrote {write(Path(args.results_dir), anonymize=args.anonymize)}, grades.csv and diagnoses.csv")
     return 0

@@ -7,6 +7,11 @@ One assignment, `attention`, one notebook: per stage (the four bonus stages incl
 write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
 a locked test cell worth the stage's points that calls autograder.report.notebook_cells.grade_stage: public
 checks in the student version, hidden ones between nbgrader's hidden-test markers.
+
+The bonus policy (`BONUS=apart|folded`, as for Gradescope and Classroom) decides what the bonus stages are
+worth: folded, their points, as every other stage; apart, nothing in the notebook's total (nbgrader's test
+cell is worth 0 and prints the bonus score instead of returning it; otter's test cases are worth 0), so
+each edition's total is the score Gradescope and Classroom give.
 """
 import argparse
 import ast
@@ -14,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY
 from ..stages import CHECKS, STAGES, SUBMISSION_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +67,18 @@ def _cell(kind: str, source: str, meta: dict | None = None) -> dict:
     return cell
 
 
-def build_notebook() -> dict:
+def counted(stage, bonus_policy: str) -> bool:
+    """Whether `stage`'s points count in a notebook's total under `bonus_policy` (BONUS_POLICIES)."""
+    if bonus_policy not in BONUS_POLICIES:
+        raise ValueError(f"bonus policy {bonus_policy!r}: one of {', '.join(BONUS_POLICIES)}")
+    return bonus_policy == "folded" or not stage.bonus
+
+
+APART = ("\n\nA bonus stage: it is graded, and its score shown, apart from the core points; it adds nothing to "
+         "this notebook's total.")
+
+
+def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
     cells = [_cell("markdown", "# Attention, stage by stage\n\nFill in each stage's code where it says so, then "
                    "run its test cell. The numbers checked come from Article A (\"Attention from First Principles: "
                    "One Complete Calculation\") and Article B (\"Transformer attention from first principles\"). "
@@ -71,7 +88,8 @@ def build_notebook() -> dict:
                    {"grade": False, "solution": False, "locked": True, "grade_id": "setup"})]
     files = notebook_files()
     for s in STAGES:
-        cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{s.intro}",
+        worth = counted(s, bonus_policy)
+        cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{s.intro}" + ("" if worth else APART),
                            {"grade": False, "solution": False, "locked": True, "grade_id": f"about_{s.name}"}))
         for f in files[s.name]:
             src = (ROOT / "solutions" / f).read_text()
@@ -86,9 +104,10 @@ def build_notebook() -> dict:
                 "hidden = True\n"
                 "### END HIDDEN TESTS\n"
                 f"score = grade_stage({s.name!r}, hidden=hidden)\n"
-                "score")
-        cells.append(_cell("code", test, {"grade": True, "solution": False, "locked": True, "points": s.points,
-                                          "grade_id": f"test_{s.name}"}))
+                # the cell's value is its partial credit; a cell worth 0 must return none (nbgrader refuses more)
+                + ("score" if worth else f"print(f'bonus, apart from the core points: {{score:g}}/{s.points}')"))
+        cells.append(_cell("code", test, {"grade": True, "solution": False, "locked": True,
+                                          "points": s.points if worth else 0, "grade_id": f"test_{s.name}"}))
     return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                         "name": "python3"},
                                          "language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
@@ -137,7 +156,7 @@ def course_requirements(wheel: str) -> str:
             f"--extra-index-url https://download.pytorch.org/whl/cpu\n{pins['torch']}\n./{wheel}\n")
 
 
-def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader") -> Path:
+def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """The course folder: nbgrader_config.py, source/attention/attention.ipynb, the kit's wheel, the
     grading environment's requirements.txt and a README saying how to install and run it."""
     from .build import kit_wheel
@@ -149,7 +168,7 @@ def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader") -> Path:
     (out / "requirements.txt").write_text(course_requirements(wheel))
     (out / "README.md").write_text(COURSE_README.format(wheel=wheel))
     (out / "nbgrader_config.py").write_text(CONFIG)
-    (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(build_notebook(), indent=1))
+    (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(build_notebook(bonus_policy), indent=1))
     return out
 
 
@@ -164,11 +183,12 @@ def _code(source: str, output: str | None = None) -> dict:
             "source": source}
 
 
-def otter_master(wheel: str) -> dict:
+def otter_master(wheel: str, bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
     """The otter-assign master notebook: one question per stage, one test case per check,
     worth that check's points (public checks public, hidden checks hidden), so the partial credit
     is the same as `make grade`'s. `wheel` (the kit's, beside the notebook) goes into the autograder
-    zip only, and its requirements install it: the zip grades on a machine that has nothing else."""
+    zip only, and its requirements install it: the zip grades on a machine that has nothing else. Under
+    the `apart` bonus policy a bonus stage's test cases are worth 0 (they still run and say what fails)."""
     cells = [_raw("# ASSIGNMENT CONFIG\nname: attention\ngenerate:\n  pdf: false\ntests:\n  files: true\n  ok_format: true\n"
                   "export_cell: false\ncheck_all_cell: false\n"
                   f"requirements: {OTTER_REQUIREMENTS}\nautograder_files:\n- {wheel}\n"),
@@ -179,9 +199,11 @@ def otter_master(wheel: str) -> dict:
     files = notebook_files()
     for s in STAGES:
         stage_checks = [c for c in CHECKS if c.stage == s.name]
-        points = [c.points for c in stage_checks]
+        worth = counted(s, bonus_policy)
+        points = [c.points if worth else 0 for c in stage_checks]
         cells.append(_raw(f"# BEGIN QUESTION\nname: {s.name}\npoints: {json.dumps(points)}"))
-        cells.append({"cell_type": "markdown", "metadata": {}, "source": f"## Stage {s.number}: {s.name}\n\n{s.intro}"})
+        cells.append({"cell_type": "markdown", "metadata": {},
+                      "source": f"## Stage {s.number}: {s.name}\n\n{s.intro}" + ("" if worth else APART)})
         if files[s.name]:
             cells.append(_raw("# BEGIN SOLUTION"))
             for f in files[s.name]:
@@ -217,7 +239,7 @@ def otter_requirements(wheel: str) -> str:
             f"{pins['torch']}\n./files/{wheel}\n")
 
 
-def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
+def otter_assign(out: Path = ROOT / "dist" / "otter", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """Write the kit's wheel, the requirements and the master notebook, and run `otter assign`:
     out/result/{student,autograder}, the autograder zip self-contained (see otter_requirements)."""
     import subprocess
@@ -232,7 +254,7 @@ def otter_assign(out: Path = ROOT / "dist" / "otter") -> Path:
     wheel = kit_wheel(out).name
     (out / OTTER_REQUIREMENTS).write_text(otter_requirements(wheel))
     master = out / "attention.ipynb"
-    master.write_text(json.dumps(otter_master(wheel), indent=1))
+    master.write_text(json.dumps(otter_master(wheel, bonus_policy), indent=1))
     otter = Path(sys.executable).with_name("otter")
     subprocess.run([str(otter), "assign", "--no-pdfs", "--no-run-tests", str(master), str(out / "result")],
                    check=True, cwd=out)
@@ -246,11 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--out", default=str(ROOT / "dist" / "nbgrader"))
     o = sub.add_parser("otter")
     o.add_argument("--out", default=str(ROOT / "dist" / "otter"))
+    for q in (n, o):
+        q.add_argument("--bonus", choices=BONUS_POLICIES, default=DEFAULT_BONUS_POLICY,
+                       help="the bonus stages apart from the notebook's total, or counted in it (default: %(default)s)")
     args = p.parse_args(argv)
     if args.cmd == "otter":
-        print(f"wrote the otter-grader assignment to {otter_assign(Path(args.out))}")
+        print(f"wrote the otter-grader assignment to {otter_assign(Path(args.out), args.bonus)}")
     else:
-        print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out))}")
+        print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out), args.bonus)}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """Grade a folder of submissions in parallel: `python -m autograder regrade DIR`.
 
 Each entry of DIR (a folder or a zip) is one submission, graded with the same sandbox as
-`make grade`. Writes DIR-results/summary.csv (submission, total, each stage) and one
-Gradescope-format JSON per submission. A broken submission is a row with its error, never
-the end of the batch.
+`make grade`. Writes DIR-results/summary.csv (submission, total, each stage), and per submission
+ENTRY.json (Gradescope's format) and ENTRY.html (the report `make grade --html` writes, without
+the heatmaps), where ENTRY is its name in DIR (`alice`, `alice.zip`); then the class report and
+grades.csv (class_report.py), where one student's entries count as one. A broken submission is a
+row with its error, never the end of the batch.
 """
 import csv
 import json
@@ -14,13 +16,15 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..grade import grade
 from ..report.gradescope_json import results_json
+from ..report.html import render
 from ..sandbox import namespaces
 from ..sandbox.launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
-from ..sandbox.submission import locate
+from ..sandbox.submission import show, survey
 from ..stages import STAGES
 from .gradescope import derive_seed
 
@@ -50,8 +54,14 @@ def _server(hide: list[Path] = (), isolate: bool = True) -> ForkServer | Subproc
 
 def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = (),
               isolate: bool = True) -> dict:
+    """{"results": its results JSON, "html": its report.html, "error": None}, or the error that stopped it.
+    Every message names the submission's files as the student handed them in (`masking.py`, not the
+    batch's path on the instructor's machine), so the JSON and the page can go back to the student."""
     try:
-        sub = locate(path)
+        found = survey(path, as_uploaded=True)
+        found.label = found.label or path.name
+        show(found)
+        sub = found.folder
         seed = derive_seed(secret, sub) if secret else seed
         server = _server(hide, isolate)
         res = grade(sub, seed=seed, timeout=timeout, zygote=server)
@@ -59,9 +69,10 @@ def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: l
             # the server died under this grading (a submission running as the grader's user killed it,
             # maybe one graded beside this one): grade again, so only the culprit loses its points
             res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide, isolate))
-        return {"results": results_json(res), "error": None}
+        return {"results": results_json(res, notes=found.notes), "html": render(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
-        return {"results": None, "error": f"{type(e).__name__}: {e}"}
+        why = f"{type(e).__name__}: {e}".replace(str(path.parent) + os.sep, "")  # the batch's path is the instructor's
+        return {"results": None, "html": None, "error": why}
 
 
 class Progress:
@@ -159,23 +170,39 @@ def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, i
                     r = fut.result()
                 except Exception as e:  # noqa: BLE001 - a grading process died: that row says so
                     r = {"results": None, "error": f"grading failed: {type(e).__name__}: {e}"}
+                r["modified"] = _modified(p)
                 rows[p.name] = r
-                if r["results"] is not None:
-                    (out / f"{p.stem}.json").write_text(json.dumps(r["results"], indent=1))
+                if r["results"] is not None:  # named by the entry: alice/ and alice.zip are two files
+                    (out / f"{p.name}.json").write_text(json.dumps(r["results"], indent=1))
+                    (out / f"{p.name}.html").write_text(r["html"])
                 progress.step(p.name)
     finally:
         _zygote.close()
         _zygote = None
 
 
+def _modified(path: Path) -> str:
+    """When the submission was last changed (the newest of its files, for a folder), as ISO 8601 UTC: the
+    class report counts the newer of a student's equal-scoring submissions."""
+    try:
+        times = [path.stat().st_mtime] + ([f.stat().st_mtime for f in path.rglob("*") if f.is_file()]
+                                          if path.is_dir() else [])
+    except OSError:
+        return ""
+    return datetime.fromtimestamp(max(times), timezone.utc).isoformat(timespec="seconds")
+
+
 def _write_csv(out: Path, rows: dict) -> None:
+    """summary.csv: one row per submission (an entry of the batch), as graded; grades.csv, written with the
+    class report, has one row per student."""
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["submission", "total", *[s.name for s in STAGES], "error"])
+        w.writerow(["submission", "total", *[s.name for s in STAGES], "error", "modified"])
         for name in sorted(rows):
             r = rows[name]
             if r["results"] is None:
-                w.writerow([name, 0, *[0 for _ in STAGES], r["error"]])
+                w.writerow([name, 0, *[0 for _ in STAGES], r["error"], r.get("modified", "")])
                 continue
             st = r["results"]["extra_data"]["stages"]
-            w.writerow([name, r["results"]["score"], *[st.get(s.name, {}).get("score", 0) for s in STAGES], ""])
+            w.writerow([name, r["results"]["score"], *[st.get(s.name, {}).get("score", 0) for s in STAGES], "",
+                        r.get("modified", "")])

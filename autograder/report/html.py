@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..feedback.advice import STATUS_WORD, blocked_note
+from ..feedback.sources import rel
 from ..outcomes import plain
 from ..results import Results
 from ..stages import HINTS, SHOWN_ORDER, mistakes_of
@@ -91,7 +92,7 @@ def render(res: Results) -> str:
 
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
            f"<style>{CSS}</style></head><body>",
-           f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(str(res.submission))}</code> "
+           f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(rel(res.submission))}</code> "
            f"(seed {res.seed})</p>",
            "<table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>status</th></tr>"]
     for s in SHOWN_ORDER:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import BudgetSpent, StudentCrash, StudentError, StudentTimeout, plain, plain_data
-from . import namespaces
+from ..outcomes import BudgetSpent, GraderEnvironment, StudentCrash, StudentError, StudentTimeout, plain, plain_data
+from . import launchers, namespaces
 from .launchers import (
     ForkServer,
     Launched,
@@ -112,8 +112,14 @@ class Worker:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
         self._buf, self._ready, self._vetted, self._next_id = b"", False, False, 0
-        self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
-                                          self._log)
+        try:
+            self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
+                                              self._log)
+        except OSError as e:  # the interpreter is missing or cannot be run: nothing of the submission ran
+            self._log.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise GraderEnvironment(f"the interpreter that runs the children could not be started "
+                                    f"({e.filename or launchers.interpreter()[0]}: {e.strerror or e})") from None
 
     def close(self) -> None:
         if self.child is None:
@@ -238,7 +244,11 @@ class Worker:
             raise self._died("the child process had already exited") from None
         try:
             if not self._ready:  # the child's first line says it has loaded
-                if wire.loads(self._read_line(limit)).get("value") != "ready":
+                try:
+                    first = self._read_line(limit)
+                except StudentCrash as e:  # it ended before loading any of the submission: the environment's fault
+                    raise GraderEnvironment(environment_fault(str(e))) from None
+                if wire.loads(first).get("value") != "ready":
                     raise self._died("the child did not start properly")
                 self._ready = True
             line = self._read_line(limit)
@@ -308,12 +318,33 @@ def capped(text: str, unread: int = 0) -> str:
     return text[:PRINTED_LIMIT].rstrip("\n") + f"\n[... more output not shown: at most {PRINTED_LIMIT:,} characters a check]"
 
 
+def environment_fault(crash: str) -> str:
+    """What kept a child from starting, from how it ended before its first line (`crash`: the StudentCrash
+    message, with its exit code and last output), naming the missing package or interpreter where it says which."""
+    exe = launchers.interpreter()[0]
+    code = re.search(r"\((exit code -?\d+|it [^)]*)\)", crash)
+    tail = crash.partition("its last output: ")[2].strip()
+    last = tail.splitlines()[-1].strip() if tail else ""
+    how = f"{code.group(1) if code else 'it ended'}{': ' + last if last else ''}"
+    missing = re.search(r"No module named '([\w.]+)'", crash)
+    if missing:
+        return f"the package {missing.group(1).split('.')[0]} is missing from the Python that runs the children ({exe}; {how})"
+    if "exit code 127" in crash or "not found" in crash or "No such file" in crash:
+        return f"the interpreter that runs the children was not found or cannot be reached ({exe}; {how})"
+    if "exit code 126" in crash:
+        return f"the interpreter that runs the children cannot be executed ({exe}; {how})"
+    return f"the child process ended before loading any of the submission ({exe}; {how})"
+
+
 def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:
     """Start the children now, so their interpreters load numpy (and torch) while the grader
     imports its checks: the two start-ups overlap instead of adding up."""
     def start(kind: str) -> Worker:
         w = Worker(Path(submission).resolve(), timeout=timeout, reuse_memory=kind == "numpy")
-        w.start()
+        try:
+            w.start()
+        except GraderEnvironment:  # the grade meets it again when it calls, and reports it there
+            pass
         return w
 
     workers = {"numpy": start("numpy")}  # most runs need it: started before numpy loads here
