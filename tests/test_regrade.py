@@ -43,7 +43,9 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
         sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", f"        import numpy as np; {segfault}\n")]})
         res = grade(sub, stages=["kv_cache", "fused"], zygote=z)
         assert any("segmentation fault" in r.message for r in res.stages["kv_cache"].checks)
-        assert res.stages["fused"].status == "passed"
+        fused = res.stages["fused"]  # it uses the cache for one check: blocked by it, its other checks pass
+        assert fused.status == "blocked" and fused.blocked_by == "kv_cache"
+        assert sum(not r.passed for r in fused.checks) == 1
         full = grade(SOLUTIONS, zygote=z)
         assert full.score == CORE_POINTS and full.bonus_score == BONUS_POINTS
     finally:
