@@ -8,6 +8,8 @@ from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
+# rung 1 of the hint ladder of each mistake below
+ASK = 'What does the fused call receive, and what does it build itself?'
 STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads", "kv_cache"),
     reread='B "Code that matches the hand numbers"',
@@ -33,7 +35,7 @@ STAGE = Stage(
                 explanation="an explicit T x T mask is built where is_causal=True would do: O(T^2) memory, and no "
                             "flash kernel on CUDA",
                 reread="Article B, 'What it costs as the sequence grows'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:one_sdpa_call',
                 mutant=(
                     Edit('fused.py',
@@ -44,7 +46,7 @@ STAGE = Stage(
         Mistake(id="fused-dropout-in-eval", where="fused.py:fused_attention",
                 explanation="dropout is applied when not training; pass dropout_p only when training=True",
                 reread="Article B, 'Causal attention'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:no_dropout_in_eval',
                 mutant=(
                     Edit('fused.py',
@@ -55,7 +57,7 @@ STAGE = Stage(
                 explanation="is_causal=True is used with T_q != T_k, where SDPA aligns the mask top-left; build "
                             "the bottom-right mask in that case",
                 reread="Article B, 'What it costs as the sequence grows'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:bottom_right_when_lengths_differ',
                 mutant=(
                     Edit('fused.py',
@@ -66,7 +68,7 @@ STAGE = Stage(
         Mistake(id="fused-not-fused", where="fused.py:fused_attention",
                 explanation="attention is computed by hand instead of one F.scaled_dot_product_attention call",
                 reread="Article B, 'Code that matches the hand numbers'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:one_sdpa_call',
                 mutant=(
                     Edit('fused.py',
@@ -85,7 +87,7 @@ STAGE = Stage(
                 explanation="the mask passed to SDPA is a float tensor of 0s and 1s: SDPA adds a float mask to the "
                             "scores, so it hides nothing; pass a boolean mask (True = may attend)",
                 reread="Article B, 'Causal attention'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:_evidence',
                 mutant=(
                     Edit('fused.py',
@@ -96,7 +98,7 @@ STAGE = Stage(
                 explanation="q, k, v reach SDPA as [B, T, H, D]; it attends over the second-to-last axis, so it "
                             "wants [B, H, T, D]",
                 reread="Article B, 'Multi-head attention'",
-                question='What does the fused call receive, and what does it build itself?',
+                question=ASK,
                 evidence='check:_evidence',
                 mutant=(
                     Edit('fused.py',

@@ -7,6 +7,9 @@ from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, require_nontrivial, shape_str
 
+# rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
+ASK = "Follow one head's columns through the reshapes: which positions and features end up together?"
+MADE_ON = 'reshape|swapaxes|transpose'
 STAGE = Stage(
     name="heads", number=6, points=16, files=("heads.py", "module.py"), calls=("projections", "masking"),
     reread='B "Multi-head attention", "Code that matches the hand numbers"',
@@ -36,8 +39,8 @@ STAGE = Stage(
                 explanation="the heads are split by a plain reshape to [n_heads, n, d_head], which mixes "
                             "positions and features; reshape to [n, n_heads, d_head], then swap the two axes",
                 reread="Article B, 'Code that matches the hand numbers'",
-                question="Follow one head's columns through the reshapes: which positions and features end up together?",
-                line='reshape|swapaxes|transpose',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:split_heads_reference',
                 mutant=(
                     Edit('heads.py',
@@ -49,8 +52,8 @@ STAGE = Stage(
                 explanation="the heads are merged without moving the head axis back next to the features, so "
                             "positions get mixed; swap the axes back before reshaping",
                 reread="Article B, 'Code that matches the hand numbers'",
-                question="Follow one head's columns through the reshapes: which positions and features end up together?",
-                line='reshape|swapaxes|transpose',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:merge_heads_inverse',
                 mutant=(
                     Edit('heads.py',
@@ -60,8 +63,8 @@ STAGE = Stage(
         Mistake(id="heads-no-output-projection", where="heads.py:multi_head_attention",
                 explanation="the concatenated heads are returned without the output projection W_O",
                 reread="Article B, 'Multi-head attention'",
-                question="Follow one head's columns through the reshapes: which positions and features end up together?",
-                line='reshape|swapaxes|transpose',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:mha_variants',
                 mutant=(
                     Edit('heads.py',
@@ -72,8 +75,8 @@ STAGE = Stage(
                 explanation="each head's scores are divided by sqrt(d_model); a head's queries and keys have "
                             "d_head features, so divide by sqrt(d_head)",
                 reread="Article B, 'Multi-head attention'",
-                question="Follow one head's columns through the reshapes: which positions and features end up together?",
-                line='reshape|swapaxes|transpose',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:mha_variants',
                 mutant=(
                     Edit('module.py',

@@ -9,6 +9,8 @@ from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str
 from .heads import module_weights
 
+# rung 1 of the hint ladder of each mistake below
+ASK = 'After one call of forward with the cache, how many positions does it hold, and which?'
 STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
     reread='B "What it costs as the sequence grows"',
@@ -35,7 +37,7 @@ STAGE = Stage(
                 explanation="the causal mask of a decode step is aligned top-left, so the new token sees only the "
                             "first key(s) (what SDPA's is_causal does when T_q != T_k); align it bottom-right",
                 reread="Article B, 'What it costs as the sequence grows'",
-                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                question=ASK,
                 evidence='mistakes:decode_variants',
                 mutant=(
                     Edit('module.py',
@@ -46,7 +48,7 @@ STAGE = Stage(
                 explanation="the new tokens attend to the cache before their own keys and values are appended, so "
                             "a token never sees itself; append first",
                 reread="Article B, 'What it costs as the sequence grows'",
-                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                question=ASK,
                 evidence='mistakes:decode_variants',
                 mutant=(
                     Edit('module.py',
@@ -59,7 +61,7 @@ STAGE = Stage(
                 explanation="the output is right but one decode step does work that grows with the square of the "
                             "cache length; compute only the new rows of scores",
                 reread="Article B, 'What it costs as the sequence grows'",
-                question='After one call of forward with the cache, how many positions does it hold, and which?',
+                question=ASK,
                 evidence='check:decode_step_cost_linear',
                 mutant=(
                     Edit('module.py',

@@ -8,6 +8,9 @@ from ..outcomes import Fail, StudentError
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
+# rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
+ASK = 'For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.'
+MADE_ON = '<=|>=|<|>|tril|triu|where'
 STAGE = Stage(
     name="masking", number=5, points=16, files=("masking.py",), calls=("softmax", "scaling"),
     reread='A "Hide forbidden positions before softmax"; B "Causal attention"',
@@ -31,8 +34,8 @@ STAGE = Stage(
                 explanation="forbidden scores are set to 0, and exp(0) = 1 still gives them weight; set them to "
                             "-inf",
                 reread="Article B, 'Causal attention'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:apply_mask_reference',
                 mutant=(
                     Edit('masking.py',
@@ -43,8 +46,8 @@ STAGE = Stage(
                 explanation="weights are zeroed after softmax, so the rows no longer sum to 1; mask the scores "
                             "before softmax",
                 reread="Article A, 'Hide forbidden positions before softmax'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:attention_variants',
                 mutant=(
                     Edit('masking.py',
@@ -59,8 +62,8 @@ STAGE = Stage(
                 explanation="the mask lets queries see later positions (upper triangle); token i may only see "
                             "keys j <= i",
                 reread="Article B, 'Causal attention'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:mask_variants',
                 mutant=(
                     Edit('masking.py',
@@ -70,8 +73,8 @@ STAGE = Stage(
         Mistake(id="mask-excludes-self", where="masking.py:causal_mask",
                 explanation="the mask hides each token from itself; the diagonal is allowed (j <= i, not j < i)",
                 reread="Article B, 'Causal attention'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:mask_variants',
                 mutant=(
                     Edit('masking.py',
@@ -82,8 +85,8 @@ STAGE = Stage(
                 explanation="with fewer queries than keys the mask is aligned top-left; the queries are the last "
                             "n_q positions, so query i sees keys j <= n_k - n_q + i",
                 reread="Article B, 'Causal attention'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:mask_variants',
                 mutant=(
                     Edit('masking.py',
@@ -94,8 +97,8 @@ STAGE = Stage(
                 explanation="the mask is read the wrong way round: True means the key may be attended to, so -inf "
                             "goes where `allowed` is False",
                 reread="Article B, 'Causal attention'",
-                question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-                line='<=|>=|<|>|tril|triu|where',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:apply_mask_reference',
                 mutant=(
                     Edit('masking.py',

@@ -7,6 +7,9 @@ from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str
 
+# rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
+ASK = 'What exactly are the raw scores divided by, and which dimension does that number come from?'
+MADE_ON = 'sqrt|\\*\\*|/'
 STAGE = Stage(
     name="scaling", number=4, points=10, files=("scaling.py",), calls=(),
     reread='A "Why divide by the square root?"; B "Scores, now with a divide"',
@@ -29,8 +32,8 @@ STAGE = Stage(
                 explanation="the scores are not divided by sqrt(d_k), so their spread grows with d_k and softmax "
                             "saturates",
                 reread="Article A, 'Why divide by the square root?'",
-                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
-                line='sqrt|\\*\\*|/',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:scaling_variants',
                 mutant=(
                     Edit('scaling.py',
@@ -41,8 +44,8 @@ STAGE = Stage(
                 explanation="the scores are divided by d_k instead of sqrt(d_k), which shrinks them too much as "
                             "d_k grows",
                 reread="Article B, 'Scores, now with a divide'",
-                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
-                line='sqrt|\\*\\*|/',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:scaling_variants',
                 mutant=(
                     Edit('scaling.py',
@@ -53,8 +56,8 @@ STAGE = Stage(
                 explanation="the square root is taken of the wrong size (a sequence length or d_v); it must be "
                             "d_k, the width of a query or key",
                 reread="Article A, 'Why divide by the square root?'",
-                question='What exactly are the raw scores divided by, and which dimension does that number come from?',
-                line='sqrt|\\*\\*|/',
+                question=ASK,
+                line=MADE_ON,
                 evidence='mistakes:scaling_variants',
                 mutant=(
                     Edit('scaling.py',

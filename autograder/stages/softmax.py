@@ -11,6 +11,9 @@ from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
+# rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
+ASK = 'Which slice of the scores is each softmax taken over, and is it stable for large scores?'
+MADE_ON = 'exp|sum'
 STAGE = Stage(
     name="softmax", number=1, points=12, files=("softmax.py",), calls=(),
     reread='A "How the scores become shares"; B "Simple self-attention"',
@@ -32,8 +35,8 @@ STAGE = Stage(
                 explanation="exp() of the raw scores overflows for large scores; subtract each slice's maximum "
                             "first (it cancels in the ratio)",
                 reread="Article A, 'How the scores become shares'",
-                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
-                line='exp|sum',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:large_scores_stable',
                 mutant=(
                     Edit('softmax.py',
@@ -44,8 +47,8 @@ STAGE = Stage(
                 explanation="the weights are normalised along the wrong axis; each query's weights over the keys "
                             "(the `axis` argument) must sum to 1",
                 reread="Article A, 'How the scores become shares'",
-                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
-                line='exp|sum',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:reference_fp64',
                 mutant=(
                     Edit('softmax.py',
@@ -56,8 +59,8 @@ STAGE = Stage(
                 explanation="the scores are divided by their sum without exponentiating, which allows negative "
                             "weights and keeps them proportional to the raw scores",
                 reread="Article B, 'Simple self-attention'",
-                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
-                line='exp|sum',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:reference_fp64',
                 mutant=(
                     Edit('softmax.py',
@@ -68,8 +71,8 @@ STAGE = Stage(
                 explanation="a slice that is entirely -inf came back as NaN or zeros; there is nothing to "
                             "normalise, so raise ValueError",
                 reread="Article A, 'Hide forbidden positions before softmax'",
-                question='Which slice of the scores is each softmax taken over, and is it stable for large scores?',
-                line='exp|sum',
+                question=ASK,
+                line=MADE_ON,
                 evidence='check:all_neginf_raises',
                 mutant=(
                     Edit('softmax.py',
