@@ -64,7 +64,7 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """Write tensors in the same layout (the header padded with spaces to a multiple of 8 bytes)."""
     header, chunks, offset = {}, [], 0
     for name, t in tensors.items():
-        raw = t.detach().contiguous().cpu().numpy().tobytes()
+        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()  # any dtype, bf16 too
         header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)

@@ -12,6 +12,7 @@ LENGTHS = (32, 64, 128)  # new tokens generated for the speed table
 
 def gate(submission: Path) -> bool:
     """Grade the stages the model needs; print and return False when one does not pass."""
+    from ..feedback.advice import STATUS_WORD, blocked_note
     from ..grade import grade
     from ..results import StageStatus
     from ..stages import BY_NAME
@@ -22,8 +23,8 @@ def gate(submission: Path) -> bool:
     if not bad:
         return True
     for name, sr in bad:
-        why = f", blocked by {sr.blocked_by}" if sr.blocked_by else ""
-        print(f"stage {BY_NAME[name].number} ({name}) is {sr.status.value.replace('_', ' ')}{why}: "
+        why = f" {blocked_note(sr, res)}" if sr.blocked_by else ""
+        print(f"stage {BY_NAME[name].number} ({name}) has not passed: {STATUS_WORD[sr.status]}{why}, "
               f"{sr.score:g}/{sr.max_score:g} points")
     print(f"Next step: {res.next_step}")
     print("The capstone trains a model on your CausalSelfAttention and KVCache, so it waits until "
@@ -145,7 +146,7 @@ def gpt2(args) -> int:
     g.load_into(model, w)
     model.eval()
     tok = g.tokenizer_of(folder)
-    ids = torch.tensor([tok.encode(args.prompt)])
+    ids = torch.tensor([tok.encode(args.prompt)[-(cfg.n_ctx - 1) :]])  # room for one new token at least
     print(f"loaded {folder}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, vocabulary "
           f"{cfg.vocab}, with your CausalSelfAttention in every layer")
     with torch.no_grad():
@@ -158,7 +159,7 @@ def gpt2(args) -> int:
           f"{diff:.2e} (largest logit {scale:.1f}): {'they agree' if ok else 'THEY DIFFER'}")
     if not ok:
         return 1
-    n = args.tokens
+    n = min(args.tokens, cfg.n_ctx - ids.shape[1])  # the position embedding ends at n_ctx
     cached, t_cached = generate(model, ids, n, kv_cache_cls)
     full, t_full = generate(model, ids, n)
     same = torch.equal(cached, full)

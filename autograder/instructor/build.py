@@ -228,7 +228,8 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
-    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\ncapstone.html\n")
+    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n"
+                                    "capstone.html\n")
     return out
 
 
