@@ -180,3 +180,33 @@ def clean_env(venv: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
     return env
+
+
+def tiny_gpt2_checkpoint(folder, layers=2, d=32, heads=4, vocab=256, n_ctx=64, seed=0):
+    """A GPT-2-shaped checkpoint with random weights, laid out as the released one: Conv1D weights [in, out],
+    c_attn packing q, k, v, the causal-mask buffers beside the weights, no lm_head (tied to wte)."""
+    import json
+
+    import torch
+
+    from autograder.capstone.gpt2 import save_safetensors
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen) * 0.3
+
+    w = {"wte.weight": r(vocab, d), "wpe.weight": r(n_ctx, d), "ln_f.weight": 1 + r(d), "ln_f.bias": r(d)}
+    for i in range(layers):
+        p = f"h.{i}."
+        w |= {p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d),
+              p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),
+              p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
+              p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
+              p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
+              p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d),
+              p + "attn.bias": torch.ones(1, 1, n_ctx, n_ctx).tril()}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_safetensors(w, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"n_head": heads}))
+    return folder

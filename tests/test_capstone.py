@@ -9,36 +9,12 @@ import subprocess
 
 import pytest
 import torch
-from conftest import SOLUTIONS, copy_repo, share_venv
+from conftest import SOLUTIONS, copy_repo, share_venv, tiny_gpt2_checkpoint
 
 from autograder.capstone import gpt2 as g
 from autograder.capstone.induction import Task, batch, train
 from autograder.capstone.model import Config, Decoder, generate, load_student
 from autograder.capstone.run import head_scores
-
-
-def tiny_checkpoint(folder, layers=2, d=32, heads=4, vocab=256, n_ctx=64, seed=0):
-    """A GPT-2-shaped checkpoint with random weights, laid out as the released one: Conv1D weights [in, out],
-    c_attn packing q, k, v, the causal-mask buffers beside the weights, no lm_head (tied to wte)."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def r(*shape):
-        return torch.randn(*shape, generator=gen) * 0.3
-
-    w = {"wte.weight": r(vocab, d), "wpe.weight": r(n_ctx, d), "ln_f.weight": 1 + r(d), "ln_f.bias": r(d)}
-    for i in range(layers):
-        p = f"h.{i}."
-        w |= {p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d),
-              p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),
-              p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
-              p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
-              p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
-              p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d),
-              p + "attn.bias": torch.ones(1, 1, n_ctx, n_ctx).tril()}
-    folder.mkdir(parents=True, exist_ok=True)
-    g.save_safetensors(w, folder / "model.safetensors")
-    (folder / "config.json").write_text(json.dumps({"n_head": heads}))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +49,7 @@ def test_the_stubs_are_refused_with_the_stage_to_start(repo):
 
 
 def test_make_capstone_gpt2_runs_the_tiny_checkpoint_through_the_students_attention(repo, tmp_path):
-    folder = tiny_checkpoint(tmp_path / "gpt2")
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
     p = make(repo, f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={folder}")
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -88,7 +64,7 @@ def student_decoder(cfg: Config, submission=SOLUTIONS):
 
 
 def test_the_tiny_checkpoint_loads_and_matches_the_reference_logits(tmp_path):
-    folder = tiny_checkpoint(tmp_path / "gpt2")
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
     w = g.gpt2_weights(folder / "model.safetensors")
     assert not any(k.endswith(".attn.bias") for k in w)  # the mask buffers are not weights
     cfg = g.config_of(w, g.heads_from_config(folder))
@@ -109,7 +85,7 @@ def test_the_tiny_checkpoint_loads_and_matches_the_reference_logits(tmp_path):
 
 
 def test_q_and_k_swapped_in_qkv_do_not_match_the_reference(tmp_path):
-    w = g.gpt2_weights(tiny_checkpoint(tmp_path / "gpt2", layers=1) / "model.safetensors")
+    w = g.gpt2_weights(tiny_gpt2_checkpoint(tmp_path / "gpt2", layers=1) / "model.safetensors")
     cfg = g.config_of(w, 4)
     model, _ = student_decoder(cfg)
     g.load_into(model, w)
