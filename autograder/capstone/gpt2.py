@@ -44,18 +44,23 @@ NAMES = {v: k for k, v in DTYPES.items()}
 # ------------------------------------------------------------------------------ safetensors --
 
 def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor in a .safetensors file, by name (copies, so the file can be closed)."""
-    data = Path(path).read_bytes()
+    """Every tensor in a .safetensors file, by name, read into memory (the file is closed after)."""
+    path = Path(path)
+    data = bytearray(path.stat().st_size)  # one writable buffer that the tensors share (no copy per tensor)
+    with path.open("rb") as f:
+        f.readinto(data)
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
-    body = memoryview(data)[8 + n :]
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         start, end = info["data_offsets"]
         dtype = DTYPES[info["dtype"]]
-        t = torch.frombuffer(bytearray(body[start:end]), dtype=dtype) if end > start else torch.empty(0, dtype=dtype)
+        if end > start:
+            t = torch.frombuffer(data, dtype=dtype, offset=8 + n + start, count=(end - start) // dtype.itemsize)
+        else:
+            t = torch.empty(0, dtype=dtype)
         out[name] = t.reshape(info["shape"])
     return out
 
