@@ -7,7 +7,7 @@ SEED     ?= 0
 # what the set-up step compiles to bytecode (the full repo adds attn_ref)
 BYTECODE ?= autograder
 
-.PHONY: help student-help grade hint submit worked watch report
+.PHONY: help student-help grade hint submit worked watch report capstone
 
 help: student-help
 student-help:
@@ -17,6 +17,8 @@ student-help:
 	@echo "make worked                  list the articles' numbers that are checked"
 	@echo "make watch                   re-grade on every save (Ctrl-C to stop)"
 	@echo "make report [STAGE=masking]  write report.html: failing cells, heatmaps of your weights"
+	@echo "make capstone [STEPS=300]    train a small model built from your attention; capstone.html shows its heads"
+	@echo "make capstone MODEL=gpt2     GPT-2 small's weights with your attention (downloads 550 MB to GPT2_DIR once)"
 
 $(VENV)/.student: requirements-student.txt
 	@$(MAKE_VENV)
@@ -42,3 +44,8 @@ watch: $(VENV)/.student  ## re-grade on every save (Ctrl-C to stop)
 
 report: $(VENV)/.student  ## grade and write report.html: the stage table, failing cells, attention heatmaps
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) --html report.html $(if $(STAGE),--stage $(STAGE))
+
+# after stages heads and kv_cache pass: a model built from your CausalSelfAttention, trained here (or GPT-2's weights)
+capstone: $(VENV)/.student
+	@$(PY) -m autograder capstone --submission $(SUBMISSION) --seed $(SEED) $(if $(MODEL),--model $(MODEL)) \
+		$(if $(STEPS),--steps $(STEPS)) $(if $(GPT2_DIR),--weights $(GPT2_DIR))

@@ -1,4 +1,4 @@
-"""python -m autograder {grade,watch,hint,worked,submit,regrade,class-report}: the kit's commands (`make help`)."""
+"""python -m autograder {grade,watch,hint,worked,submit,capstone,regrade,class-report}: the kit's commands (`make help`)."""
 import argparse
 import json
 import os
@@ -156,6 +156,12 @@ def _class_report(args) -> int:
     return class_report([args.results_dir] + (["--anonymize"] if args.anonymize else []))
 
 
+def _capstone(args) -> int:
+    from .capstone.run import main as capstone
+
+    return capstone(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     if sys.platform == "win32":  # before anything that needs resource, fcntl or fork
         print(WINDOWS, file=sys.stderr)
@@ -216,6 +222,19 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("results_dir")
     c.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
     c.set_defaults(fn=_class_report)
+    cp = sub.add_parser("capstone", help="train a small model built from your CausalSelfAttention (or load GPT-2 into it)")
+    cp.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with your stage modules")
+    cp.add_argument("--model", choices=("toy", "gpt2"), default="toy",
+                    help="toy: train a 2-layer decoder on a copy task here; gpt2: GPT-2 small's released weights")
+    cp.add_argument("--steps", type=int, default=300, help="training steps of the toy model (default 300)")
+    cp.add_argument("--seed", type=int, default=0, help="seed of the toy model's weights and data (default 0)")
+    cp.add_argument("--html", default="capstone.html", help="the page with the learned heads (default capstone.html)")
+    cp.add_argument("--weights", default=str(Path.home() / ".cache" / "attention-kit" / "gpt2"),
+                    help="gpt2: folder with model.safetensors (and vocab.json, merges.txt); downloaded when missing")
+    cp.add_argument("--no-download", action="store_true", help="gpt2: use only the files already in --weights")
+    cp.add_argument("--prompt", default="Attention lets every token look back at", help="gpt2: the prompt")
+    cp.add_argument("--tokens", type=int, default=30, help="gpt2: new tokens to generate (default 30)")
+    cp.set_defaults(fn=_capstone)
     args = p.parse_args(argv)
     try:
         return args.fn(args)

@@ -24,7 +24,7 @@ GRADER_ROOT = ROOT / "autograder"
 # other seeds, and each catalogued mistake beyond the first of its stage.
 SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
               "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py",
-              "test_class_report.py"}
+              "test_class_report.py", "test_capstone_training.py"}
 SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm", "test_no_diagnosis_is_claimed_but_the_mistakes_own",
               "test_a_new_stage_is_three_files_and_every_build_picks_it_up",
               "test_the_toy_stages_reach_totals_tables_and_the_next_step",
@@ -190,3 +190,33 @@ def clean_env(venv: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
     return env
+
+
+def tiny_gpt2_checkpoint(folder, layers=2, d=32, heads=4, vocab=256, n_ctx=64, seed=0):
+    """A GPT-2-shaped checkpoint with random weights, laid out as the released one: Conv1D weights [in, out],
+    c_attn packing q, k, v, the causal-mask buffers beside the weights, no lm_head (tied to wte)."""
+    import json
+
+    import torch
+
+    from autograder.capstone.gpt2 import save_safetensors
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen) * 0.3
+
+    w = {"wte.weight": r(vocab, d), "wpe.weight": r(n_ctx, d), "ln_f.weight": 1 + r(d), "ln_f.bias": r(d)}
+    for i in range(layers):
+        p = f"h.{i}."
+        w |= {p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d),
+              p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),
+              p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
+              p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
+              p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
+              p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d),
+              p + "attn.bias": torch.ones(1, 1, n_ctx, n_ctx).tril()}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_safetensors(w, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"n_head": heads}))
+    return folder

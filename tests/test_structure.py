@@ -15,7 +15,7 @@ from conftest import ROOT, copy_repo
 from autograder.stages import STAGES
 
 GRADER = ROOT / "autograder"
-PARTS = ("stages", "child", "feedback", "sandbox", "report", "instructor")
+PARTS = ("stages", "child", "feedback", "sandbox", "report", "instructor", "capstone")
 
 
 def modules(folder: Path, package: str) -> list[str]:

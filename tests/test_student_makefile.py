@@ -6,7 +6,7 @@ import subprocess
 import zipfile
 
 import pytest
-from conftest import ROOT, output_until, share_venv
+from conftest import ROOT, SOLUTIONS, output_until, share_venv, tiny_gpt2_checkpoint
 
 from autograder.instructor.build import release
 
@@ -56,4 +56,12 @@ def test_every_target_of_the_student_makefile_runs(student):
     assert "Next step:" in output_until(["make", "-s", "watch"], student, b"Next step:",
                                         env={**os.environ, "NO_COLOR": "1"})
     ran.add("watch")
+    refused = subprocess.run(["make", "-s", "capstone"], cwd=student, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "NO_COLOR": "1"})
+    assert refused.returncode != 0 and "stage 6 (heads) has not passed: not started" in refused.stdout, refused.stdout
+    # the stage check passes in the release too (its fixtures answer for the reference), then GPT-2's path runs
+    tiny = tiny_gpt2_checkpoint(student.parent / "gpt2")
+    out = make(student, "capstone", f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={tiny}")
+    assert "they agree" in out and "the same tokens: yes" in out, out
+    ran.add("capstone")
     assert targets((student / "Makefile").read_text()) == ran

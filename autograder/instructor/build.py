@@ -82,6 +82,7 @@ make submit                 # writes submission.zip: upload it
 make watch                  # re-grade every time you save
 make report                 # report.html: failing cells marked, heatmaps of your attention weights
 make worked                 # every number from the articles that the grader checks
+make capstone               # once heads and kv_cache pass: train a small model built from your attention
 ```
 
 Work in `exercises/`. Each stub raises `NotImplementedError`; its docstring is the contract: the
@@ -91,6 +92,22 @@ stage may be written in more than one file ({shared}):
 {student_table()}
 
 {student_totals()}
+
+## The capstone
+
+`make capstone` grades stages heads and kv_cache first and stops, naming the stage, until both pass.
+Then it imports your `module.py` and `kv_cache.py` into its own process (no sandbox: it is your own
+code on your machine) and trains a 2-layer decoder around your `CausalSelfAttention` to copy a
+repeated random sequence (`STEPS=300`, `SEED=0` by default; well under a minute on a laptop CPU). It
+generates with and without your `KVCache` (the same tokens, and tokens/s of each) and writes
+`capstone.html`, with a previous-token head and an induction head drawn as heatmaps.
+
+`make capstone MODEL=gpt2` puts GPT-2 small's released weights under your attention. The first run
+downloads them into `GPT2_DIR` (default `~/.cache/attention-kit/gpt2`) from
+`https://huggingface.co/openai-community/gpt2/resolve/main/`: `model.safetensors` (548 MB),
+`vocab.json` and `merges.txt` (the tokenizer); without a network, put those three files there
+yourself. It checks the logits against a plain forward of the checkpoint, then generates text with
+your cache.
 
 ## How you are graded
 
@@ -235,7 +252,8 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
     (out / "README.md").write_text(student_readme())
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
-    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n")
+    (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n"
+                                    "capstone.html\n")
     return out
 
 

@@ -1,0 +1,176 @@
+"""The capstone command: check the stages, then train and probe the small model, or load GPT-2."""
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+GATE = ("heads", "kv_cache")  # the stages whose code the model runs: CausalSelfAttention and KVCache
+LENGTHS = (32, 64, 128)  # new tokens generated for the speed table
+
+
+def gate(submission: Path) -> bool:
+    """Grade the stages the model needs; print and return False when one does not pass."""
+    from ..feedback.advice import STATUS_WORD, blocked_note
+    from ..grade import grade
+    from ..results import StageStatus
+    from ..stages import BY_NAME
+
+    print(f"checking stages {', '.join(GATE)} of {submission} first (the model runs that code)...")
+    res = grade(submission, list(GATE))
+    bad = [(s, res.stages[s]) for s in GATE if res.stages[s].status != StageStatus.PASSED]
+    if not bad:
+        return True
+    for name, sr in bad:
+        why = f" {blocked_note(sr, res)}" if sr.blocked_by else ""
+        print(f"stage {BY_NAME[name].number} ({name}) has not passed: {STATUS_WORD[sr.status]}{why}, "
+              f"{sr.score:g}/{sr.max_score:g} points")
+    print(f"Next step: {res.next_step}")
+    print("The capstone trains a model on your CausalSelfAttention and KVCache, so it waits until "
+          f"{' and '.join(GATE)} pass (make grade STAGE={','.join(GATE)}).")
+    return False
+
+
+def speeds(model, prompt: torch.Tensor, kv_cache_cls, lengths=LENGTHS) -> list[tuple[int, float, float, bool]]:
+    """(new tokens, tok/s with the student's cache, tok/s without, the same tokens?) for each length."""
+    from .model import generate
+
+    rows = []
+    for n in lengths:
+        cached, t_cached = generate(model, prompt, n, kv_cache_cls)
+        full, t_full = generate(model, prompt, n)
+        rows.append((n, n / t_cached, n / t_full, bool(torch.equal(cached, full))))
+    return rows
+
+
+def print_speeds(rows) -> None:
+    print("  generation (greedy)  new tokens  with cache  without   same tokens")
+    for n, c, f, same in rows:
+        print(f"  {'':19}  {n:>10}  {c:>7.0f}/s  {f:>6.0f}/s   {'yes' if same else 'NO'}")
+
+
+def head_scores(weights: list[torch.Tensor], lens: torch.Tensor) -> dict[tuple[int, int], tuple[float, float]]:
+    """(layer, head) -> (previous-token score, induction score), averaged over the batch.
+
+    weights: per layer [B, H, T, T]. Previous-token: mean of A[i, i - 1] over positions 1..2L-1. Induction:
+    mean of A[i, i - L + 1] over the repeated half (i = L .. 2L - 1), the position after the earlier
+    occurrence of token i."""
+    out = {}
+    for layer, a in enumerate(weights):
+        B, H, T, _ = a.shape
+        prev = torch.zeros(H)
+        ind = torch.zeros(H)
+        for b in range(B):
+            L = int(lens[b])
+            i = torch.arange(1, 2 * L)
+            prev += a[b, :, i, i - 1].mean(-1)
+            j = torch.arange(L, 2 * L)
+            ind += a[b, :, j, j - L + 1].mean(-1)
+        for h in range(H):
+            out[(layer, h)] = (float(prev[h] / B), float(ind[h] / B))
+    return out
+
+
+def toy(args) -> int:
+    from . import page
+    from .induction import Task, accuracy, batch, train
+    from .model import Config, Decoder, attention_weights, generate, load_student
+
+    attention_cls, kv_cache_cls = load_student(args.submission)
+    task = Task()
+    torch.manual_seed(args.seed)
+    model = Decoder(Config(vocab=task.vocab, n_ctx=task.max_len + max(LENGTHS)), attention_cls)
+    print(f"training a {model.cfg.n_layers}-layer decoder (d_model {model.cfg.d_model}, {model.cfg.n_heads} heads) "
+          f"built from your CausalSelfAttention to copy a repeated random sequence ({args.steps} steps, seed {args.seed})")
+    t0 = time.monotonic()
+    train(model, task, args.steps, args.seed)
+    seconds = time.monotonic() - t0
+    acc = accuracy(model, task)
+    print(f"trained in {seconds:.1f} s: {100 * acc:.1f}% of the repeated half's tokens right")
+
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    ids, lens, _ = batch(task, 1, gen)
+    L = int(lens[0])
+    prompt = ids[:, : L + 2]  # the sequence once, and the first two tokens of its repetition
+    rows = speeds(model, prompt, kv_cache_cls)
+    copied, _ = generate(model, prompt, L - 2, kv_cache_cls)
+    print(f"  prompt     {' '.join(map(str, prompt[0].tolist()))}\n  continued  "
+          f"{' '.join(map(str, copied[0, L + 2 :].tolist()))} (the rest of the repetition: "
+          f"{'right' if torch.equal(copied[0, L + 2 :], ids[0, L + 2 : 2 * L]) else 'not quite'})")
+    print_speeds(rows)
+
+    probe, probe_lens, _ = batch(task, 64, torch.Generator().manual_seed(args.seed + 2))
+    weights = attention_weights(model, probe)
+    scores = head_scores(weights, probe_lens)
+    prev = max((k for k in scores if k[0] == 0), key=lambda k: scores[k][0])
+    ind = max((k for k in scores if k[0] > 0), key=lambda k: scores[k][1])
+    print(f"  previous-token head: layer {prev[0]} head {prev[1]} (score {scores[prev][0]:.2f}); "
+          f"induction head: layer {ind[0]} head {ind[1]} (score {scores[ind][1]:.2f})")
+    L0 = int(probe_lens[0])
+    labels = [str(t) for t in probe[0, : 2 * L0].tolist()]
+    shown = [w[0, :, : 2 * L0, : 2 * L0].numpy() for w in weights]  # the first probe sequence, both copies
+    page.write({
+        "submission": args.submission, "seed": args.seed, "steps": args.steps, "seconds": seconds, "accuracy": acc,
+        "layers": model.cfg.n_layers, "d_model": model.cfg.d_model, "n_heads": model.cfg.n_heads,
+        "speeds": rows, "scores": scores,
+        "heads": [("previous-token", prev[0], prev[1], scores[prev][0], shown[prev[0]][prev[1]], labels,
+                   "Each position looks at the one just before it: the bright line under the diagonal."),
+                  ("induction", ind[0], ind[1], scores[ind][1], shown[ind[0]][ind[1]], labels,
+                   f"In the repetition (from position {L0}), each position looks at the token after its own earlier "
+                   f"copy: the line {L0 - 1} places left of the diagonal.")],
+    }, Path(args.html))
+    print(f"wrote {args.html}")
+    ok = acc >= 0.95 and all(same for *_, same in rows)
+    if acc < 0.95:
+        print(f"the model reached {100 * acc:.1f}%, short of 95%: more steps (make capstone STEPS=...) or another seed")
+    if not all(same for *_, same in rows):
+        print("with your cache the model generated other tokens than without it: see the table above")
+    return 0 if ok else 1
+
+
+def gpt2(args) -> int:
+    from . import gpt2 as g
+    from .model import Decoder, generate, load_student
+
+    folder = Path(args.weights).expanduser()
+    if not (folder / "model.safetensors").exists():
+        if args.no_download:
+            print(f"error: no {folder / 'model.safetensors'} (download it from {g.URL}model.safetensors)", file=sys.stderr)
+            return 2
+        g.download(folder)
+    attention_cls, kv_cache_cls = load_student(args.submission)
+    w = g.gpt2_weights(folder / "model.safetensors")
+    cfg = g.config_of(w, g.heads_from_config(folder))
+    model = Decoder(cfg, attention_cls)
+    g.load_into(model, w)
+    model.eval()
+    tok = g.tokenizer_of(folder)
+    ids = torch.tensor([tok.encode(args.prompt)[-(cfg.n_ctx - 1) :]])  # room for one new token at least
+    print(f"loaded {folder}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, vocabulary "
+          f"{cfg.vocab}, with your CausalSelfAttention in every layer")
+    with torch.no_grad():
+        ours = model(ids).double()
+    ref = g.reference_logits(w, ids, cfg.n_heads)
+    diff = float((ours - ref).abs().max())
+    scale = float(ref.abs().max())
+    ok = math.isfinite(diff) and diff <= 1e-4 * max(1.0, scale)
+    print(f"logits on the prompt ({ids.shape[1]} tokens) against the kit's reference forward: largest difference "
+          f"{diff:.2e} (largest logit {scale:.1f}): {'they agree' if ok else 'THEY DIFFER'}")
+    if not ok:
+        return 1
+    n = min(args.tokens, cfg.n_ctx - ids.shape[1])  # the position embedding ends at n_ctx
+    cached, t_cached = generate(model, ids, n, kv_cache_cls)
+    full, t_full = generate(model, ids, n)
+    same = torch.equal(cached, full)
+    print(f"generated with your KV cache: {tok.decode(cached[0].tolist())!r}")
+    print(f"  {n} new tokens: with cache {n / t_cached:.1f} tok/s, without {n / t_full:.1f} tok/s; "
+          f"the same tokens: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+def main(args) -> int:
+    args.submission = Path(args.submission)
+    if not gate(args.submission):
+        return 1
+    return gpt2(args) if args.model == "gpt2" else toy(args)

@@ -1,0 +1,202 @@
+"""The capstone's parts that need no training: the stage check that comes first, GPT-2's checkpoint in the
+decoder against the reference forward (a tiny random checkpoint written here), generation with and without
+the student's cache, the safetensors reader and writer, the BPE tokenizer, the head scores."""
+import json
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+import torch
+from conftest import SOLUTIONS, copy_repo, share_venv, tiny_gpt2_checkpoint
+
+from autograder.capstone import gpt2 as g
+from autograder.capstone.induction import Task, batch, train
+from autograder.capstone.model import Config, Decoder, generate, load_student
+from autograder.capstone.run import head_scores
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return share_venv(copy_repo(tmp_path_factory.mktemp("capstone") / "repo"))
+
+
+def make(repo, *args) -> subprocess.CompletedProcess:
+    # -o: the venv is set up already; its marker's age must not start an install
+    return subprocess.run(["make", "-s", "-o", ".venv/.student", "capstone", *args], cwd=repo, capture_output=True,
+                          text=True, timeout=600, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+
+
+def test_a_module_without_its_mask_is_refused_before_training(repo, tmp_path):
+    broken = shutil.copytree(SOLUTIONS, tmp_path / "broken")
+    source = (broken / "module.py").read_text()
+    mask_line = '        scores = scores.masked_fill(~allowed, float("-inf"))\n'
+    assert mask_line in source
+    (broken / "module.py").write_text(source.replace(mask_line, ""))
+    p = make(repo, f"SUBMISSION={broken}")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert "stage 6 (heads) has not passed: failed" in out, out
+    assert "Next step: fix stage 6 (heads)" in out, out
+    assert "training" not in out and not (repo / "capstone.html").exists(), out
+
+
+def test_the_stubs_are_refused_with_the_stage_to_start(repo):
+    p = make(repo)
+    assert p.returncode != 0
+    assert "stage 6 (heads) has not passed: not started" in p.stdout, p.stdout
+
+
+def test_make_capstone_gpt2_runs_the_tiny_checkpoint_through_the_students_attention(repo, tmp_path):
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    p = make(repo, f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={folder}")
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "2 layers, d_model 32, 4 heads, vocabulary 256" in out, out
+    assert "they agree" in out and "the same tokens: yes" in out, out
+    assert not (folder / "vocab.json").exists()  # the files there were used as they were: nothing downloaded
+
+
+def student_decoder(cfg: Config, submission=SOLUTIONS):
+    attention_cls, kv_cache_cls = load_student(submission)
+    return Decoder(cfg, attention_cls), kv_cache_cls
+
+
+def test_the_tiny_checkpoint_loads_and_matches_the_reference_logits(tmp_path):
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    w = g.gpt2_weights(folder / "model.safetensors")
+    assert not any(k.endswith(".attn.bias") for k in w)  # the mask buffers are not weights
+    cfg = g.config_of(w, g.heads_from_config(folder))
+    assert (cfg.vocab, cfg.n_ctx, cfg.d_model, cfg.n_heads, cfg.n_layers) == (256, 64, 32, 4, 2)
+    model, _ = student_decoder(cfg)
+    g.load_into(model, w)
+    ids = torch.tensor([g.Bytes().encode("the cat sat on the mat")])
+    with torch.no_grad():
+        ours = model(ids).double()
+    ref = g.reference_logits(w, ids, cfg.n_heads)
+    assert ref.shape == (1, ids.shape[1], 256)
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+    # the comparison sees a wrong mapping: c_proj loaded without its transpose moves the logits
+    with torch.no_grad():
+        model.blocks[0].attn.out.weight.copy_(w["h.0.attn.c_proj.weight"])
+        assert (model(ids).double() - ref).abs().max() > 1e-2
+
+
+def test_q_and_k_swapped_in_qkv_do_not_match_the_reference(tmp_path):
+    w = g.gpt2_weights(tiny_gpt2_checkpoint(tmp_path / "gpt2", layers=1) / "model.safetensors")
+    cfg = g.config_of(w, 4)
+    model, _ = student_decoder(cfg)
+    g.load_into(model, w)
+    ids = torch.tensor([list(range(10, 30))])
+    ref = g.reference_logits(w, ids, 4)
+    with torch.no_grad():
+        q, k, v = model.blocks[0].attn.qkv.weight.clone().split(32)
+        model.blocks[0].attn.qkv.weight.copy_(torch.cat([k, q, v]))
+        qb, kb, vb = model.blocks[0].attn.qkv.bias.clone().split(32)
+        model.blocks[0].attn.qkv.bias.copy_(torch.cat([kb, qb, vb]))
+        assert (model(ids).double() - ref).abs().max() > 1e-3
+
+
+def test_generation_with_and_without_the_cache_gives_the_same_tokens():
+    torch.manual_seed(3)
+    model, kv_cache_cls = student_decoder(Config(vocab=50, n_ctx=64, d_model=32, n_heads=4, n_layers=2))
+    prompt = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(4))
+    cached, _ = generate(model, prompt, 30, kv_cache_cls)
+    full, _ = generate(model, prompt, 30)
+    assert cached.shape == (2, 37)
+    assert torch.equal(cached[:, :7], prompt)
+    assert torch.equal(cached, full)
+    assert len(set(cached[:, 7:].flatten().tolist())) > 1  # it generated something, not one token over and over
+
+
+def test_a_cache_that_forgets_its_past_changes_what_is_generated():
+    # the cached path really goes through the student's cache: one that returns only the new keys differs
+    _, kv_cache_cls = load_student(SOLUTIONS)
+
+    class Forgetful(kv_cache_cls):
+        def append(self, k_new, v_new):
+            super().append(k_new, v_new)
+            return k_new, v_new
+
+    torch.manual_seed(3)
+    model, _ = student_decoder(Config(vocab=50, n_ctx=64, d_model=32, n_heads=4, n_layers=2))
+    prompt = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(4))
+    assert not torch.equal(generate(model, prompt, 30, Forgetful)[0], generate(model, prompt, 30)[0])
+
+
+def test_safetensors_written_by_hand_is_read_back(tmp_path):
+    # the format itself: 8-byte little-endian header length, JSON header with byte ranges, raw little-endian data
+    a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    b = torch.tensor([1.5, -2.0], dtype=torch.float16)
+    body = a.numpy().tobytes() + b.numpy().tobytes()
+    header = json.dumps({"__metadata__": {"format": "pt"},
+                         "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+                         "b": {"dtype": "F16", "shape": [2], "data_offsets": [24, 28]}}).encode()
+    path = tmp_path / "hand.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + body)
+    got = g.load_safetensors(path)
+    assert set(got) == {"a", "b"}
+    assert torch.equal(got["a"], a) and got["b"].dtype == torch.float16 and torch.equal(got["b"], b)
+
+
+def test_safetensors_writer_round_trips_and_pads_its_header(tmp_path):
+    t = {"x": torch.randn(3, 4), "y": torch.randn(5).to(torch.bfloat16), "z": torch.arange(7)}
+    g.save_safetensors(t, tmp_path / "t.safetensors")
+    raw = (tmp_path / "t.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0 and json.loads(raw[8 : 8 + n])["y"]["dtype"] == "BF16"
+    back = g.load_safetensors(tmp_path / "t.safetensors")
+    assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in t.items())
+
+
+def test_bpe_merges_by_rank_and_decodes_back():
+    # a vocabulary in GPT-2's byte alphabet: a space is written "Ġ" (byte 32 -> chr(288))
+    chars = ["h", "e", "l", "o", "Ġ", "!"]
+    merged = ["he", "ll", "hell", "hello", "Ġhello"]
+    vocab = {s: i for i, s in enumerate(chars + merged)}
+    merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("Ġ", "hello")]
+    bpe = g.BPE(vocab, merges)
+    assert g.byte_alphabet()[32] == "Ġ"
+    ids = bpe.encode("hello hello!")
+    assert ids == [vocab["hello"], vocab["Ġhello"], vocab["!"]]
+    assert bpe.decode(ids) == "hello hello!"
+    assert bpe.encode("oh") == [vocab["o"], vocab["h"]]  # no merge ranks ("o", "h"): the letters stay apart
+
+
+def test_the_task_has_distinct_tokens_repeated_once_and_weights_only_the_predictable_half():
+    task = Task()
+    ids, lens, weight = batch(task, 50, torch.Generator().manual_seed(0))
+    assert ids.shape == (50, task.length)
+    for row, L, wt in zip(ids, lens.tolist(), weight):
+        first = row[:L].tolist()
+        assert len(set(first)) == L and row[L : 2 * L].tolist() == first
+        assert wt.nonzero().flatten().tolist() == list(range(L, 2 * L - 1))
+
+
+def test_training_is_deterministic_under_its_seed():
+    task = Task()
+
+    def losses(seed):
+        torch.manual_seed(seed)
+        model, _ = student_decoder(Config(vocab=task.vocab, n_ctx=task.length))
+        return train(model, task, steps=4, seed=seed, show=False)
+
+    assert losses(0) == losses(0)
+    assert losses(0) != losses(1)
+
+
+def test_head_scores_find_a_previous_token_and_an_induction_pattern():
+    L, T = 5, 10
+    prev = torch.zeros(T, T)
+    prev[0, 0] = 1
+    prev[torch.arange(1, T), torch.arange(T - 1)] = 1
+    ind = torch.eye(T)
+    ind[torch.arange(L, T), torch.arange(1, T - L + 1)] = 1
+    ind[torch.arange(L, T), torch.arange(L, T)] = 0
+    weights = [torch.stack([prev, ind])[None], torch.stack([ind, prev])[None]]  # [1, 2, T, T] per layer
+    scores = head_scores(weights, torch.tensor([L]))
+    assert scores[(0, 0)] == (1.0, 0.0) and scores[(1, 1)] == (1.0, 0.0)
+    assert scores[(0, 1)][1] == 1.0 and scores[(1, 0)][1] == 1.0
+    assert re.fullmatch(r"[\d.]+", f"{scores[(0, 1)][0]:.2f}")
