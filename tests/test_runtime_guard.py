@@ -4,6 +4,8 @@ and the imports numpy and torch make for themselves, keep every point."""
 import pytest
 from conftest import grade, variant
 
+from autograder.stages import CATALOGUE
+
 SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
 MODULES = "typing.sys.modules"
 # each: a line run inside the student's softmax, reaching past the rule through modules already loaded in the
@@ -106,6 +108,41 @@ def test_tiled_memory_is_the_parents_count_of_a_fresh_child(forged, tmp_path, st
     assert not checks["tiled_memory_linear"].passed
     assert "raised peak memory by" in checks["tiled_memory_linear"].message
     assert checks["tiled_reference_blocks"].passed  # the small calls are untouched: only the memory check is lost
+
+
+# the catalogued quadratic decode step (its one-edit mutant), and what a forger adds at the end of forward: the
+# old in-child FLOP counter replaced by one that reports linear growth, and the kernel's peak count reset (on
+# Linux, writing 5 to /proc/self/clear_refs lowers the peak that wait4 reports)
+QUADRATIC_STEP = [edit for mistake in CATALOGUE.values() if mistake.id == "cache-quadratic-step"
+                  for edit in mistake.mutant]
+FORGE_DECODE = ("        drivers = typing.sys.modules.get('autograder.child.drivers')\n"
+                "        if drivers is not None:\n"
+                "            drivers.decode_step_flops = lambda *a, **k: {'flops': [1, 2, 3], 'converted': []}\n"
+                "        try:\n"
+                "            typing.sys.modules['builtins'].open('/proc/self/clear_refs', 'w').write('5')\n"
+                "        except Exception:\n            pass\n")
+MODULE_RETURN = "        return self.merge(y)  # [B, T, C]\n"
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, static_check_off):
+    """A decode step that recomputes the scores of every position pair loses the cost check and is named; what it
+    rewrites inside the child (the old FLOP counter, the kernel's peak count) gains it nothing: the peak is read by
+    the parent when it reaps the child, against a child that ran only the grader's code."""
+    edits = {e.file: [] for e in QUADRATIC_STEP}
+    for e in QUADRATIC_STEP:
+        edits[e.file].append((e.old, e.new))
+    if forged:
+        edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n"),
+                               (MODULE_RETURN, FORGE_DECODE + MODULE_RETURN)]
+    res = grade(variant(tmp_path, edits), stages=["kv_cache"])
+    st = res.stages["kv_cache"]
+    checks = {r.check.name: r for r in st.checks}
+    cost = checks["decode_step_cost_linear"]
+    assert not cost.passed and "raised peak memory by" in cost.message, cost.message
+    assert cost.diagnosis == "cache-quadratic-step"
+    honest = st.max_score - cost.check.points  # the unforged step's outputs are right: it loses only the cost check
+    assert st.score == honest if not forged else st.score <= honest
 
 
 def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
