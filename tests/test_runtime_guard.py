@@ -145,6 +145,34 @@ def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, sta
     assert st.score == honest if not forged else st.score <= honest
 
 
+# the solution's loop made to read every key block, and what a forger adds before it: the old in-child block
+# counter replaced by one that reports the causal count, and the counter's log on its inputs rewritten
+READ_EVERY_BLOCK = ("last_key = offset + i1 - 1 if causal else n_k - 1", "last_key = n_k - 1")
+FORGE_TILED = ("    counter = typing.sys.modules.get('autograder.child.np_drivers')\n"
+               "    if counter is not None:\n"
+               "        counter.tiled_key_rows = lambda n, block, d=8, *, pkg: {\n"
+               "            'read': n * (n + 1) // 2, 'all': n * n, 'causal': n * (n + 1) // 2}\n"
+               "    for a in (q, k):\n"
+               "        try:\n            a.log[:] = [0]\n"
+               "        except (AttributeError, TypeError):\n            pass\n")
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_tiled_block_skip_is_read_from_the_output(forged, tmp_path, static_check_off):
+    """A causal loop that reads every key block loses the skip check, and rewriting the old counter or its
+    inputs gains it nothing: the check reads NaN values of hidden keys off the returned rows."""
+    edits = [READ_EVERY_BLOCK]
+    if forged:
+        edits += [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                  ("    n_q, d_k = q.shape\n", FORGE_TILED + "    n_q, d_k = q.shape\n")]
+    res = grade(variant(tmp_path, {"tiled.py": edits}), stages=["tiled"])
+    st = res.stages["tiled"]
+    skip = {r.check.name: r for r in st.checks}["tiled_skips_hidden_blocks"]
+    assert not skip.passed and "gave NaN in row 0" in skip.message, skip.message
+    honest = st.max_score - skip.check.points  # its outputs are right: it loses only the skip check
+    assert st.score == honest if not forged else st.score <= honest
+
+
 def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
     """An exception message that would clear the screen, set the window title, hide text and print a forged
     total reaches every report as plain characters."""

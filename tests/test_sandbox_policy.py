@@ -135,34 +135,39 @@ def _with_tiled(tmp_path, source: str):
     return grade(sub, stages=["tiled"])
 
 
-def test_blocks_made_with_split_are_counted(tmp_path):
+def test_blocks_made_with_split_keep_full_marks(tmp_path):
     """Correct code that cuts its blocks with np.split, np.array_split or np.vsplit keeps every point."""
     res = _with_tiled(tmp_path, (ROOT / "tests" / "outside" / "split_tiled.py").read_text())
     st = res.stages["tiled"]
     assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
 
 
-def test_hiding_products_from_the_counter_does_not_pass(tmp_path):
-    """Plain n x n attention on copies the counter cannot see, plus one product it can: the block-skip check
-    fails (the products it saw fall short of the causal scores), and a view keeps the mark anyway."""
-    forged = ("import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
-              "    q[:1] @ k[:1].T  # one product the counter sees\n"
-              "    qq, kk = np.array(q.tolist()), np.array(k.tolist())\n"
-              "    s = qq @ kk.T / np.sqrt(q.shape[1])\n"
-              "    n_q, n_k = s.shape\n"
-              "    if causal:\n"
-              "        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)\n"
-              "    if np.isinf(s).all(axis=1).any():\n"
-              "        raise ValueError('a row has no key')\n"
-              "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
-              "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
-    res = _with_tiled(tmp_path, forged)
-    skip = [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
-    assert not skip.passed and "scores the causal mask allows were seen" in skip.message, skip.message
-    viewed = forged.replace("np.array(q.tolist()), np.array(k.tolist())", "q.view(np.ndarray), k.view(np.ndarray)")
-    res = _with_tiled(tmp_path / "v", viewed)
-    skip = [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
-    assert not skip.passed and "computed" in skip.message, skip.message
+UNTILED = ("import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+           "    s = q @ k.T / np.sqrt(q.shape[1])\n"
+           "    n_q, n_k = s.shape\n"
+           "    if causal:\n"
+           "        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)\n"
+           "    if np.isinf(s).all(axis=1).any():\n"
+           "        raise ValueError('a row has no key')\n"
+           "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+           "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
+
+
+def _skip_check(res):
+    return [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
+
+
+def test_reading_every_block_fails_the_skip_check_however_it_is_dressed(tmp_path):
+    """Plain n x n attention reads every key block: the skip check fails on its own output (NaN where the
+    hidden values reach the rows). Cleaning the NaN away gains nothing: rows that attend to a NaN value then
+    come back finite, which the check refuses too."""
+    res = _with_tiled(tmp_path / "plain", UNTILED)
+    honest = res.stages["tiled"].score
+    assert not _skip_check(res).passed and "gave NaN in row 0" in _skip_check(res).message
+    cleaned = UNTILED.replace("    s = q @ k.T", "    v = np.nan_to_num(v)\n    s = q @ k.T")
+    res = _with_tiled(tmp_path / "cleaned", cleaned)
+    assert not _skip_check(res).passed and "gave a finite row" in _skip_check(res).message
+    assert res.stages["tiled"].score <= honest
 
 
 def test_the_secret_never_travels_on_a_command_line(tmp_path):
