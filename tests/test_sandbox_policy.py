@@ -135,34 +135,39 @@ def _with_tiled(tmp_path, source: str):
     return grade(sub, stages=["tiled"])
 
 
-def test_blocks_made_with_split_are_counted(tmp_path):
+def test_blocks_made_with_split_keep_full_marks(tmp_path):
     """Correct code that cuts its blocks with np.split, np.array_split or np.vsplit keeps every point."""
     res = _with_tiled(tmp_path, (ROOT / "tests" / "outside" / "split_tiled.py").read_text())
     st = res.stages["tiled"]
     assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
 
 
-def test_hiding_products_from_the_counter_does_not_pass(tmp_path):
-    """Plain n x n attention on copies the counter cannot see, plus one product it can: the block-skip check
-    fails (the products it saw fall short of the causal scores), and a view keeps the mark anyway."""
-    forged = ("import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
-              "    q[:1] @ k[:1].T  # one product the counter sees\n"
-              "    qq, kk = np.array(q.tolist()), np.array(k.tolist())\n"
-              "    s = qq @ kk.T / np.sqrt(q.shape[1])\n"
-              "    n_q, n_k = s.shape\n"
-              "    if causal:\n"
-              "        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)\n"
-              "    if np.isinf(s).all(axis=1).any():\n"
-              "        raise ValueError('a row has no key')\n"
-              "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
-              "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
-    res = _with_tiled(tmp_path, forged)
-    skip = [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
-    assert not skip.passed and "scores the causal mask allows were seen" in skip.message, skip.message
-    viewed = forged.replace("np.array(q.tolist()), np.array(k.tolist())", "q.view(np.ndarray), k.view(np.ndarray)")
-    res = _with_tiled(tmp_path / "v", viewed)
-    skip = [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
-    assert not skip.passed and "computed" in skip.message, skip.message
+UNTILED = ("import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+           "    s = q @ k.T / np.sqrt(q.shape[1])\n"
+           "    n_q, n_k = s.shape\n"
+           "    if causal:\n"
+           "        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)\n"
+           "    if np.isinf(s).all(axis=1).any():\n"
+           "        raise ValueError('a row has no key')\n"
+           "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+           "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
+
+
+def _skip_check(res):
+    return [r for r in res.stages["tiled"].checks if r.check.name == "tiled_skips_hidden_blocks"][0]
+
+
+def test_reading_every_block_fails_the_skip_check_however_it_is_dressed(tmp_path):
+    """Plain n x n attention reads every key block: the skip check fails on its own output (NaN where the
+    hidden values reach the rows). Cleaning the NaN away gains nothing: rows that attend to a NaN value then
+    come back finite, which the check refuses too."""
+    res = _with_tiled(tmp_path / "plain", UNTILED)
+    honest = res.stages["tiled"].score
+    assert not _skip_check(res).passed and "gave NaN in row 0" in _skip_check(res).message
+    cleaned = UNTILED.replace("    s = q @ k.T", "    v = np.nan_to_num(v)\n    s = q @ k.T")
+    res = _with_tiled(tmp_path / "cleaned", cleaned)
+    assert not _skip_check(res).passed and "gave a finite row" in _skip_check(res).message
+    assert res.stages["tiled"].score <= honest
 
 
 def test_the_secret_never_travels_on_a_command_line(tmp_path):
@@ -223,37 +228,42 @@ def test_the_zips_secret_is_kept_beside_it_for_a_regrade(tmp_path, monkeypatch):
     assert seed == derive_seed("a-new-secret", batch / "alice") != derive_seed(zipped, batch / "alice")
 
 
-def test_the_sdpa_baseline_is_kept_only_on_a_students_own_machine(monkeypatch, tmp_path):
-    """Between runs of `make grade` a student's machine keeps the baseline child's peak (one torch start less);
-    as root (the autograder, a regrade) every grading process measures its own."""
+def test_the_baselines_are_kept_only_on_a_students_own_machine(monkeypatch, tmp_path):
+    """Between runs of `make grade` a student's machine keeps the baseline children's peaks (one torch start less
+    per measurement); as root (the autograder, a regrade) every grading process measures its own."""
     import os
 
-    from autograder.stages import fused
+    from autograder.stages import common
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    fused._save_baseline((False, 8192), 123456)
-    assert fused._saved_baseline((False, 8192)) == 123456 and fused._saved_baseline((True, 8192)) is None
+    common._save_baseline(("sdpa-peak", False, (8192, 32)), 123456)
+    assert common._saved_baseline(("sdpa-peak", False, (8192, 32))) == 123456
+    assert common._saved_baseline(("sdpa-peak", True, (8192, 32))) is None
+    assert common._saved_baseline(("decode-peak", False, (8192, 32))) is None
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert fused._baseline_file((False, 8192)) is None
+    assert common._baseline_file(("sdpa-peak", False, (8192, 32))) is None
 
 
 def test_decode_work_hidden_in_numpy_is_caught(tmp_path):
-    """A quadratic decode step done on numpy copies is out of torch's FLOP counter: the cost check fails and
-    says why, instead of passing on the small count it saw."""
+    """A quadratic decode step done on numpy copies still raises the child's peak memory, which the parent reads:
+    the cost check fails and names the mistake; the other checks pass."""
     src = (SOLUTIONS / "module.py").read_text()
     hidden = src.replace(
         "        scores = q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5  # [B, H, T, T_k]\n",
         "        import numpy as np\n"
         "        qn, kn = np.asarray(q), np.asarray(k)\n"
         "        scores = torch.as_tensor(qn @ kn.swapaxes(-2, -1) / kn.shape[-1] ** 0.5)  # [B, H, T, T_k]\n")
-    assert hidden != src
+    pad = "torch.cat([q.new_zeros(*q.shape[:2], k.shape[-2] - q.shape[-2], q.shape[-1]), q], -2)"  # every row
+    hidden = hidden.replace("        y = self.attend(q, k, v)  #", f"        if cache is not None:\n            q = {pad}\n"
+                            "        y = self.attend(q, k, v)[..., -x.shape[1]:, :]  #")
+    assert "qn, kn = np.asarray(q), np.asarray(k)" in hidden and "new_zeros" in hidden
     sub = variant(tmp_path, {})
     (sub / "module.py").write_text(hidden)
     res = grade(sub, stages=["kv_cache"])
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
-    assert not cost.passed and "__array__" in cost.message, cost.message
-    assert sum(r.passed for r in res.stages["kv_cache"].checks) >= len(res.stages["kv_cache"].checks) - 2
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
 
 
 def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):

@@ -5,14 +5,13 @@ the parent only sees the numbers they return. Each receives `pkg`, the name unde
 which the submission is importable.
 """
 import importlib
-import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from autograder.child import invariants
+from autograder.child import invariants, seeded
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 _SDPA = F.scaled_dot_product_attention
@@ -147,77 +146,40 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     return torch.cat(outs, dim=1)
 
 
-def _flop_counter_mode():
-    """torch's FlopCounterMode, without the torch._dynamo import its first use costs (~1.5 s, on
-    `make grade`'s critical path). Its dispatch hook is wrapped to switch dynamo off, which matters
-    only under torch.compile, which no check uses; the wrapper imports dynamo unless it finds its
-    answer cached on the raw function, so the cache is filled with the raw function itself. Where
-    torch's internals differ, or the submission has loaded dynamo itself (torch.compile), nothing is
-    set and the import just happens."""
-    from torch.utils import flop_counter
-
-    hook = getattr(getattr(flop_counter, "_FlopCounterMode", None), "__torch_dispatch__", None)
-    raw = getattr(hook, "__wrapped__", None)
-    if callable(raw) and not hasattr(raw, "__dynamo_disable") and "torch._dynamo" not in sys.modules:
-        setattr(raw, "__dynamo_disable", raw)
-    return flop_counter.FlopCounterMode
-
-
-def _sdpa_cpu_formulas() -> dict:
-    """torch counts the fused SDPA kernels of CUDA but not the CPU one, which a cached module that calls
-    F.scaled_dot_product_attention runs here: count it with the same formula (2 matmuls, q k^T and p v)."""
-    from torch.utils import flop_counter
-
-    def sdpa_cpu(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
-
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    return {op: sdpa_cpu} if op is not None else {}
+def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, pkg):
+    """One decode step (one new token) after `length` cached positions, in a fresh child that ends after it, so
+    the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure). The cache is filled
+    through `append` with the keys and values of seeded.decode_step (a prefill through forward would itself
+    build the scores of every position pair), then the student's forward runs once on the new token. For the
+    baseline, the grader's own step on the same inputs: the same torch operations, none of the submission.
+    Returns the step's output and the cache's length after it (the peak, measured outside, decides; the
+    output must be the right one, which the parent checks)."""
+    qkv_w, out_w, k_old, v_old, x = (torch.as_tensor(a, dtype=torch.float32)
+                                     for a in seeded.decode_step(batch, n_heads, d_head, length))
+    with torch.no_grad():
+        if baseline:
+            return {"out": _decode_step_baseline(x, qkv_w, out_w, k_old, v_old, n_heads), "length": length + 1}
+        m = _build(pkg, x.shape[-1], n_heads, False, qkv_w, out_w)
+        cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + 1, d_head)
+        cache.append(k_old, v_old)
+        del k_old, v_old
+        out = m(x, cache)
+    return {"out": out, "length": int(getattr(cache, "length", -1))}
 
 
-def decode_step_flops(d_model, n_heads, lengths, *, pkg):
-    """FLOPs (FlopCounterMode) of one decode step (one new token) after `L` cached tokens, for each L, and
-    which conversions out of torch the steps made (their work would be out of the count)."""
-    m = _build(pkg, d_model, n_heads, False)
-    KVCache = _mod(pkg, "kv_cache").KVCache
-    FlopCounterMode = _flop_counter_mode()  # after the submission's modules are loaded (see there)
-    counts, seen = [], []
-    g = torch.Generator().manual_seed(0)
-    for L in lengths:
-        cache = KVCache(1, n_heads, L + 1, d_model // n_heads)
-        with torch.no_grad():
-            m(torch.randn(1, L, d_model, generator=g), cache)  # prefill L tokens
-            counter = FlopCounterMode(display=False, custom_mapping=_sdpa_cpu_formulas())
-            with counter, _conversions() as converted:
-                m(torch.randn(1, 1, d_model, generator=g), cache)
-        counts.append(int(counter.get_total_flops()))
-        seen += converted
-    return {"flops": counts, "converted": sorted(set(seen))}
-
-
-class _conversions:
-    """While active, notes every tensor turned into a numpy array or a Python list (work done on those is
-    out of the FLOP counter's sight); the conversion itself still happens as asked."""
-
-    NAMES = ("numpy", "__array__", "tolist")
-
-    def __enter__(self) -> list:
-        self.seen: list = []
-        self.saved = {n: getattr(torch.Tensor, n) for n in self.NAMES}
-
-        def noting(name, original):
-            def converted(tensor, *args, **kwargs):
-                self.seen.append(name)
-                return original(tensor, *args, **kwargs)
-            return converted
-
-        for name, original in self.saved.items():
-            setattr(torch.Tensor, name, noting(name, original))
-        return self.seen
-
-    def __exit__(self, *exc) -> None:
-        for name, original in self.saved.items():
-            setattr(torch.Tensor, name, original)
+def _decode_step_baseline(x, qkv_w, out_w, k_old, v_old, n_heads):
+    """A correct cached decode step, written by the grader: projections, one row of scores per head, softmax."""
+    B, _, C = x.shape
+    D = C // n_heads
+    k_all = torch.zeros(B, n_heads, k_old.shape[-2] + 1, D)  # [B, H, L + 1, D], preallocated as a cache is
+    v_all = torch.zeros_like(k_all)
+    k_all[:, :, :-1], v_all[:, :, :-1] = k_old, v_old
+    q, k, v = (t.view(B, 1, n_heads, D).transpose(1, 2) for t in F.linear(x, qkv_w).split(C, dim=-1))  # [B, H, 1, D]
+    k_all[:, :, -1:], v_all[:, :, -1:] = k, v
+    scores = q @ k_all.transpose(-2, -1) / D**0.5  # [B, H, 1, L + 1]
+    allowed = torch.ones(1, k_all.shape[-2], dtype=torch.bool).tril(diagonal=k_all.shape[-2] - 1)
+    y = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v_all  # [B, H, 1, D]
+    return F.linear(y.transpose(1, 2).reshape(B, 1, C), out_w)  # [B, 1, C]
 
 
 def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

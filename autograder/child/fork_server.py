@@ -14,7 +14,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import numpy  # noqa: F401
 import torch
-import torch.utils.flop_counter
 
 from autograder.child import drivers, np_drivers, policy, wire, worker  # noqa: F401
 

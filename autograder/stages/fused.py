@@ -5,7 +5,7 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import expect_defaults, randn, shape_str
+from .common import expect_defaults, peak_over_baseline, randn, shape_str
 from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
@@ -247,69 +247,10 @@ def module_fused_with_cache(api, ctx):
                        f"fused path must align bottom-right (fused_attention does). {f}") from None
 
 
-_BASELINE: dict = {}  # (forked children?, T) -> peak bytes of a child that made the call with SDPA itself
-
-
 def fused_peak_memory(api, T: int) -> tuple[dict, int | None]:
     """The student's call at length T run alone in a fresh child, and the peak memory it added over a child that
-    made the same call with F.scaled_dot_product_attention itself. Both peaks are the kernel's, read by the
-    grader when it reaps each child: code in the submission cannot reach them. The baseline child runs at the
-    same time, or first inside a memory-limited container (once per grading process and kind of child)."""
-    import threading
-
-    from ..child.policy import container_memory
-
-    key = (getattr(api.worker.launcher, "forks", False), T)
-    if key not in _BASELINE and (saved := _saved_baseline(key)) is not None:
-        _BASELINE[key] = saved
-    base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
-        "driver:fused_memory_run", T, 32, True, timeout=60)[1]))
-    if key not in _BASELINE:
-        base.start()
-        if container_memory() is not None:  # in a small container, one torch-sized child at a time
-            base.join()
-    r, peak = api.measure("fused_memory_run", T, timeout=60)
-    if base.ident is not None:
-        base.join()
-        _save_baseline(key, _BASELINE.get(key))
-    if peak is None or _BASELINE.get(key) is None:
-        return r, None
-    return r, peak - _BASELINE[key]
-
-
-def _baseline_file(key: tuple):
-    """Where a student's own machine keeps the baseline between runs (one torch start less per `make grade`).
-    Never as root (the autograder, a regrade): there each grading process measures its own."""
-    import hashlib
-    import os
-    import sys
-    from importlib.metadata import version
-    from pathlib import Path
-
-    from ..sandbox import namespaces
-
-    if os.geteuid() == 0:
-        return None
-    tag = hashlib.sha256(repr((key, sys.executable, version("torch"), namespaces.available())).encode()).hexdigest()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attention-kit" / f"sdpa-peak-{tag[:16]}"
-
-
-def _saved_baseline(key: tuple) -> int | None:
-    try:
-        path = _baseline_file(key)
-        return int(path.read_text()) if path else None
-    except (OSError, ValueError):
-        return None
-
-
-def _save_baseline(key: tuple, value: int | None) -> None:
-    try:
-        path = _baseline_file(key)
-        if path and value is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(str(value))
-    except OSError:
-        pass
+    made the same call with F.scaled_dot_product_attention itself (common.peak_over_baseline)."""
+    return peak_over_baseline(api, "fused_memory_run", "driver:fused_memory_run", (T, 32), "sdpa-peak")
 
 
 @STAGE.check(points=2.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",

@@ -1,12 +1,13 @@
 """Stage 7 checks: the KV cache and decoding with it."""
 import numpy as np
 
+from ..child import seeded
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..feedback.probes import WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
-from .common import expect_defaults, randn, shape_str
+from .common import expect_defaults, peak_over_baseline, randn, shape_str
 from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
@@ -21,7 +22,7 @@ STAGE = Stage(
         Function(name="kv_cache_allocation", target="driver:kv_cache_allocation", reads=("kv_cache.py",)),
         Function(name="kv_cache_probe", target="driver:kv_cache_probe", reads=("kv_cache.py",)),
         Function(name="module_decode", target="driver:module_decode", reads=("module.py",)),
-        Function(name="decode_step_flops", target="driver:decode_step_flops", reads=("module.py",)),
+        Function(name="decode_memory_run", target="driver:decode_memory_run", reads=("module.py", "kv_cache.py")),
     ),
     intro="A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
     hints=(
@@ -173,33 +174,46 @@ def decode_float64(api, ctx):
     decode_output(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
+DECODE_SIZES = (2, 8, 16, 1023)  # batch, heads, d_head, cached positions: 1,024 with the new token
+
+
+def decode_step_expected(qkv_w, out_w, k_old, v_old, x) -> np.ndarray:
+    """What one decode step must return (seeded.decode_step's arrays): the new token's q, k, v, its k and v
+    after the cached ones, one row of scores per head over all of them, then the output projection."""
+    B, H, L, D = k_old.shape
+    q, k, v = (t.reshape(B, 1, H, D).transpose(0, 2, 1, 3) for t in np.split(x @ qkv_w.T, 3, axis=-1))
+    k_all, v_all = np.concatenate([k_old, k], axis=2), np.concatenate([v_old, v], axis=2)  # [B, H, L + 1, D]
+    scores = q @ k_all.swapaxes(-2, -1) / np.sqrt(D)  # [B, H, 1, L + 1]
+    w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    y = (w / w.sum(axis=-1, keepdims=True)) @ v_all  # [B, H, 1, D]
+    return y.transpose(0, 2, 1, 3).reshape(B, 1, H * D) @ out_w.T  # [B, 1, C]
+
+
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
-              rule="One decode step's work grows linearly with the cache length")
+              rule="At 1,023 cached positions one decode step must add far less memory than the scores of every "
+                   "pair of cached positions.")
 def decode_step_cost_linear(api, ctx):
-    """the FLOPs of one decode step grow linearly with the cache length, not quadratically"""
-    lengths = [64, 128, 256]
-    r = api.decode_step_flops(32, 4, lengths)
-    if r["converted"]:
-        raise Fail(f"during one decode step your code turned tensors into numpy arrays or lists "
-                   f"({', '.join(r['converted'])}); the work done on those is out of the FLOP count. Keep the "
-                   "decode step in torch")
-    f = [int(v) for v in r["flops"]]
-    d1, d2 = f[1] - f[0], f[2] - f[0]
-    table = ", ".join(f"{L} cached: {n:,} FLOPs" for L, n in zip(lengths, f))
-    if d1 <= 0:
-        raise Fail(f"one decode step costs {table}: the cost does not grow with the cache at all, so the new "
-                   "query is not attending to the cached keys")
-    ratio = d2 / d1  # 3 for a + b L; 5 for a quadratic term that dominates
-    C = 32
-    naive = [2 * (L + 1) * C * 4 * C + 2 * 2 * (L + 1) ** 2 * C for L in lengths]  # no cache: redo every token
-    note = (f"cost of one decode step: {f[0]:,} FLOPs with {lengths[0]} cached tokens, {f[2]:,} with {lengths[2]} "
-            f"(x{f[2] / f[0]:.1f}); recomputing everything instead: {naive[0]:,} and {naive[2]:,} "
-            f"(x{naive[2] / naive[0]:.1f})")
-    if ratio > 3.5:
-        raise diagnosed("cache-quadratic-step", f"one decode step costs {table}: growth from 64 to 256 is "
-                        f"{ratio:.2f}x the growth from 64 to 128 (linear cost gives 3.0); the step redoes work "
-                        "for every cached position pair")
-    return note
+    """one decode step after 1,023 cached positions adds far less memory than the [B, H, L, L] scores"""
+    B, H, D, L = DECODE_SIZES
+    r, extra = peak_over_baseline(api, "decode_memory_run", "driver:decode_memory_run", DECODE_SIZES, "decode-peak")
+    if r["length"] != L + 1:
+        raise Fail(f"after {L} positions appended to a KVCache of max_len {L + 1}, one decode step left its length at "
+                   f"{r['length']}; expected {L + 1}")
+    check_close(np.asarray(r["out"]), decode_step_expected(*seeded.decode_step(*DECODE_SIZES)),
+                f"one decode step (x [{B}, 1, {H * D}]) after {L} random keys and values appended to the cache",
+                inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
+    pairs = B * H * (L + 1) ** 2 * 4  # float32 scores of every (query, key) pair of the cached positions
+    row = B * H * (L + 1) * 4  # the new token's row of them
+    if extra is None:
+        return f"memory of one decode step at {L} cached positions: not measured (this system does not report a " \
+               "process's peak)"
+    if extra > pairs / 4:
+        raise diagnosed("cache-quadratic-step", f"one decode step after {L} cached positions (B={B}, H={H}) raised "
+                        f"peak memory by {extra / 2**20:.0f} MiB over a correct step; the scores of every pair of "
+                        f"positions are {pairs / 2**20:.0f} MiB, the new token's row of them {row / 2**10:.0f} KiB. "
+                        "The step redoes work for every cached position pair: compute only the new rows of scores")
+    return (f"cost of one decode step at {L} cached positions: {max(extra, 0) / 2**20:.1f} MiB of peak memory over a "
+            f"correct step; recomputing the scores of every pair instead needs {pairs / 2**20:.0f} MiB")
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)

@@ -14,7 +14,6 @@ STAGE = Stage(
     functions=(
         Function(name="tiled_attention", target="tiled:tiled_attention", reference="api:tiled_attention"),
         Function(name="tiled_memory_run", target="npdriver:tiled_memory_run", reads=("tiled.py",)),
-        Function(name="tiled_key_rows", target="npdriver:tiled_key_rows", reads=("tiled.py",)),
     ),
     intro="Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
     hints=(
@@ -125,18 +124,52 @@ def tiled_memory_linear(api, ctx):
             f"{full / 2**20:.0f} MiB")
 
 
+def rows_kept_clean(n_q: int, n_k: int, block_q: int, block_k: int, j0: int) -> int:
+    """How many leading query rows a causal loop that skips the hidden key blocks keeps clear of the keys from `j0`
+    on: those of the query blocks whose last visible key lies in a key block that ends by `j0` (a block that is
+    read is read whole, its hidden part with weights 0, and 0 x NaN is NaN)."""
+    kept = 0
+    for i0 in range(0, n_q, block_q):
+        i1 = min(i0 + block_q, n_q)
+        last = n_k - n_q + i1 - 1  # the furthest key any row of this block sees
+        if min(n_k, (last // block_k + 1) * block_k) > j0:
+            break
+        kept = i1
+    return kept
+
+
 @STAGE.check(points=2, kind="property", visibility="public",
-              rule="Key blocks that the causal mask hides entirely are skipped")
+              rule="Key blocks that the causal mask hides entirely are skipped: never read, so NaN values there never "
+                   "reach the output.")
 def tiled_skips_hidden_blocks(api, ctx):
-    """with a causal mask, key blocks entirely in the future of a query block are not read"""
-    r = api.tiled_key_rows(256, 64)
-    if r["read"] < r["causal"]:  # fewer than the causal scores themselves: most products were not seen
-        raise Fail(f"only {r['read']} of the {r['causal']} scores the causal mask allows were seen computed; compute "
-                   "each block's scores with @ (or np.matmul, np.dot, np.einsum) on blocks of q and k (slices, "
-                   "np.split or views of them)")
-    if r["read"] > 0.7 * r["all"]:
-        raise Fail(f"your loop computed {r['read']} scores in all; every block against every block is {r['all']}, "
-                   f"and skipping the blocks the causal mask hides needs about {r['all'] * 10 // 16}")
+    """with a causal mask, key blocks entirely in the future of a query block are not read: values set to NaN
+    there leave that query block's output finite and exact"""
+    rng = ctx.rng("tiled-skip")
+    # (n_q, n_k, block_q, block_k, first key whose value is NaN); the second has n_q < n_k and unequal blocks
+    for n_q, n_k, bq, bk, j0 in [(256, 256, 64, 64, 200), (100, 160, 32, 48, 150)]:
+        q, k, v = randn(rng, n_q, 8), randn(rng, n_k, 8), randn(rng, n_k, 4)
+        poisoned = v.copy()
+        poisoned[j0:] = np.nan
+        got = np.asarray(api.tiled_attention(q, k, poisoned, True, bq, bk), dtype=float)
+        what = (f"tiled_attention(causal=True, block_q={bq}, block_k={bk}) with the values of keys {j0}..{n_k - 1} "
+                f"set to NaN")
+        if got.shape != (n_q, v.shape[1]):
+            raise Fail(f"{what} returned shape {list(got.shape)}; expected {[n_q, v.shape[1]]}")
+        kept = rows_kept_clean(n_q, n_k, bq, bk, j0)
+        if np.isnan(got[:kept]).any():
+            row = int(np.argwhere(np.isnan(got[:kept]))[0, 0])
+            i0 = row // bq * bq
+            raise Fail(f"{what} gave NaN in row {row}: its query block (rows {i0}..{min(i0 + bq, n_q) - 1}) sees no "
+                       f"key past {n_k - n_q + min(i0 + bq, n_q) - 1}, yet a key block from {j0} on reached it (read "
+                       "with weights 0, and 0 x NaN is NaN). Stop each query block's key loop after the key block "
+                       "holding its last visible key")
+        check_close(got[:kept], ctx.ref.tiled_attention(q, k, v, True)[:kept],
+                    f"{what}: rows 0..{kept - 1}, which never see those keys", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
+        sees = np.arange(n_q) + n_k - n_q >= j0  # rows that attend to a NaN value with a weight above 0
+        if not np.isnan(got[sees]).all():
+            row = int(np.flatnonzero(sees & ~np.isnan(got).all(axis=1))[0])
+            raise Fail(f"{what} gave a finite row {row}, which attends to key {j0} (its value NaN) with a weight "
+                       "above 0: values are used as given, so that row is NaN")
 
 
 @STAGE.check(points=1, kind="property", visibility="public",

@@ -1,0 +1,13 @@
+"""Inputs that a driver draws in the child and the parent draws again to check the outputs (numpy only, no
+torch: the parent imports this module too). Drawn from a seed, so nothing this large crosses the wire."""
+import numpy as np
+
+
+def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 0) -> tuple:
+    """One measured decode step's arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the
+    cached keys and values [B, H, L, D] and the new token x [B, 1, C], float64."""
+    C = n_heads * d_head
+    rng = np.random.default_rng(seed)
+    qkv_w, out_w = rng.standard_normal((3 * C, C)) / C**0.5, rng.standard_normal((C, C)) / C**0.5
+    k_old, v_old = (rng.standard_normal((batch, n_heads, length, d_head)) for _ in range(2))
+    return qkv_w, out_w, k_old, v_old, rng.standard_normal((batch, 1, C))
