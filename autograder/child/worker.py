@@ -30,12 +30,17 @@ def load_package(sub_dir: str, pkg: str) -> None:
 
 def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
     """The innermost place inside the submission that the exception passed through."""
+    return innermost(exc, sub_dir)[:2]
+
+
+def innermost(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None, str | None]:
+    """(file, line, function) of the innermost place inside the submission that the exception passed through."""
     if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith(sub_dir):
-        return os.path.basename(exc.filename), exc.lineno
-    found = (None, None)
+        return os.path.basename(exc.filename), exc.lineno, None
+    found = (None, None, None)
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename.startswith(sub_dir):
-            found = (os.path.basename(frame.filename), frame.lineno)
+            found = (os.path.basename(frame.filename), frame.lineno, frame.name)
     return found
 
 
@@ -169,12 +174,12 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
                     "type": "BadReturn", "message": f"returned something that is not an array or number: {e}",
                     "file": None, "line": None}})
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are student errors too
-            file, lineno = where(e, sub_dir)
+            file, lineno, function = innermost(e, sub_dir)
             # raised by the grader's own driver while no line of the submission was running: say so
             in_grader = file is None and req["target"].startswith(("driver:", "npdriver:"))
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
-                "in_grader": in_grader, "entry": entry(e, sub_dir)}})
+                "function": function, "in_grader": in_grader, "entry": entry(e, sub_dir)}})
         faulthandler.cancel_dump_traceback_later()
         for stream in (sys.stdout, sys.stderr):  # what the call printed is in the log before its answer
             try:
