@@ -152,3 +152,16 @@ def test_the_tracer_records_lines_of_methods_and_buffers(tmp_path):
     assert seen == [("__init__", 4, "self.buf"), ("f", 6, "y"), ("f", 7, "y"), ("f", 8, "return")], seen
     assert records[2]["value"][0, 0] == -1 and np.array_equal(records[3]["value"], value)
     assert sys.gettrace() is before  # the tracer is off again once the call returns
+
+
+def test_the_report_shows_the_values_beside_the_references_up_to_the_parting(tmp_path):
+    from autograder.report.html import render
+
+    edits = {"scaling.py": [(SCALE, "    raw = q @ np.swapaxes(k, -1, -2)\n    scaled = raw / d_k\n    return scaled")]}
+    sub = variant(tmp_path, edits)
+    res = grade(sub, stages=["scaling"])
+    page = render(res)
+    section = page[page.index("Where your values part from the reference's"):]
+    line = res.located["scaling"].line
+    assert "q k^T" in section and f"the values part here, scaling.py:{line}" in section
+    assert section.index("<code>raw</code>") < section.index("<code>scaled</code>")
