@@ -71,6 +71,8 @@ class Located:
     line: int
     diagnosis: str | None = None
     evidence: str = ""
+    how: str = ""  # how the line was found, when the student should know (no values could be traced)
+    steps: list = field(default_factory=list)  # the values followed: {label, line, function, got, want} per step
 
     @property
     def where(self) -> Where:

@@ -17,7 +17,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from autograder.child import invariants, wire
+from autograder.child import invariants, tracer, wire
 
 
 def load_package(sub_dir: str, pkg: str) -> None:
@@ -30,12 +30,17 @@ def load_package(sub_dir: str, pkg: str) -> None:
 
 def where(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None]:
     """The innermost place inside the submission that the exception passed through."""
+    return innermost(exc, sub_dir)[:2]
+
+
+def innermost(exc: BaseException, sub_dir: str) -> tuple[str | None, int | None, str | None]:
+    """(file, line, function) of the innermost place inside the submission that the exception passed through."""
     if isinstance(exc, SyntaxError) and exc.filename and exc.filename.startswith(sub_dir):
-        return os.path.basename(exc.filename), exc.lineno
-    found = (None, None)
+        return os.path.basename(exc.filename), exc.lineno, None
+    found = (None, None, None)
     for frame in traceback.extract_tb(exc.__traceback__):
         if frame.filename.startswith(sub_dir):
-            found = (os.path.basename(frame.filename), frame.lineno)
+            found = (os.path.basename(frame.filename), frame.lineno, frame.name)
     return found
 
 
@@ -74,6 +79,18 @@ def to_plain(value):
     if isinstance(value, dict):
         return {k: to_plain(v) for k, v in value.items()}
     return value
+
+
+def sendable(records: list[dict]) -> list[dict]:
+    """The trace's records that the wire can carry (an array of an odd dtype is left out)."""
+    kept = []
+    for r in records:
+        try:
+            wire.encode(r)
+        except (TypeError, ValueError):
+            continue
+        kept.append(r)
+    return kept
 
 
 def reuse_memory() -> None:
@@ -136,23 +153,33 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
             fn = resolve(req["target"], pkg)
             args, kwargs = req.get("args", []), req.get("kwargs", {})
             if req["target"].startswith(("driver:", "npdriver:")):  # a driver checks the calls it makes itself
-                value = to_plain(fn(*args, **{**kwargs, "pkg": pkg}))
+                def run():
+                    return fn(*args, **{**kwargs, "pkg": pkg})
             else:
-                value = to_plain(invariants.call(fn, *args, **kwargs))
+                def run():
+                    return invariants.call(fn, *args, **kwargs)
+            traced = None
+            if req.get("trace"):  # fault localisation's probe: the arrays each line of the submission made
+                value, traced = tracer.run(run, sub_dir)
+            else:
+                value = run()
+            value = to_plain(value)
             try:
-                reply = wire.dumps({"id": req["id"], "ok": True, "value": value,
-                                    "changed": list(invariants.CHANGED)})
+                answer = {"id": req["id"], "ok": True, "value": value, "changed": list(invariants.CHANGED)}
+                if traced is not None:
+                    answer["trace"] = sendable(traced)
+                reply = wire.dumps(answer)
             except TypeError as e:
                 reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                     "type": "BadReturn", "message": f"returned something that is not an array or number: {e}",
                     "file": None, "line": None}})
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are student errors too
-            file, lineno = where(e, sub_dir)
+            file, lineno, function = innermost(e, sub_dir)
             # raised by the grader's own driver while no line of the submission was running: say so
             in_grader = file is None and req["target"].startswith(("driver:", "npdriver:"))
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
-                "in_grader": in_grader, "entry": entry(e, sub_dir)}})
+                "function": function, "in_grader": in_grader, "entry": entry(e, sub_dir)}})
         faulthandler.cancel_dump_traceback_later()
         for stream in (sys.stdout, sys.stderr):  # what the call printed is in the log before its answer
             try:

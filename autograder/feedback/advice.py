@@ -48,7 +48,8 @@ def located_here(res: Results, stage: str):
 
 def loc_text(res: Results, loc) -> str:
     """'in causal_mask, at exercises/masking.py:23'"""
-    return f"in {loc.function}, at {rel(res.submission / loc.file)}:{loc.line}"
+    how = f" ({loc.how})" if getattr(loc, "how", "") else ""
+    return f"in {loc.function}, at {rel(res.submission / loc.file)}:{loc.line}{how}"
 
 
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:

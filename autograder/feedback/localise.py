@@ -10,11 +10,14 @@ import ast
 import re
 from pathlib import Path
 
+import numpy as np
+
 from ..outcomes import StudentAborted, StudentError
 from ..records import Probe
 from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
+from . import steps
 
 
 def probes() -> list[Probe]:
@@ -28,11 +31,13 @@ def prime(ref) -> None:
         p.expected(ref)
         if p.prime:
             p.prime(ref)
+        steps.steps_for(ref, p.name, p.args)  # the intermediates that following values compares with
 
 
 def locate(api, ref, stage: str, submission: Path) -> Located | None:
     """The first function, over `stage` and the stages it calls, whose own output on a probe is wrong."""
     right: set[str] = set()  # the probes whose answer was right: evidence a later claim may need
+    passed: set[tuple[str, str]] = set()  # (file, function) of those probes: their insides need no following
     for p in (p for s in USES[stage] for p in BY_NAME[s].probes):
         try:
             got = getattr(api, p.name)(*p.args)
@@ -52,13 +57,131 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
             continue
         if found is not None:
             diagnosis, evidence, *pattern = found
+            followed = follow_values(api, ref, p, passed - {(p.file, p.function)})
+            if followed is not None and followed[0] is not None:
+                file, func, line, steps = followed
+                return Located(p.stage, file, func, line, diagnosis, evidence, steps=steps)
+            if followed is not None:  # nothing could be traced: the function's first line, and the pointer says so
+                body = _body_lines(submission, p.file, p.function)
+                return Located(p.stage, p.file, p.function, body[0][0], diagnosis, evidence,
+                               how="no values could be traced, so this is the function's first line") \
+                    if body else None
             func = _follow_return(submission, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
                 else p.function
             line = (pattern and _first_match(submission, p.file, func, pattern[0])) or \
                 line_in(submission, p.file, func, diagnosis)
             return Located(p.stage, p.file, func, line or 0, diagnosis, evidence) if line else None
         right.add(p.name)
+        passed.add((p.file, p.function))
     return None
+
+
+# -- following values (the tracer's records against the reference's steps) ----------------------------
+
+def follow_values(api, ref, p: Probe, passed: set[tuple[str, str]]):
+    """(file, function, line, steps) of the line where the student's values part from the reference's, for
+    the probe `p` whose answer was wrong; (None, ...) when nothing could be traced; None when the trace
+    settles nothing (no steps for this probe, or no value of an intermediate's shape came out wrong)."""
+    try:
+        want = steps.steps_for(ref, p.name, p.args)
+    except Exception:  # noqa: BLE001 - a step the fixtures did not record: no following
+        return None
+    if not want or not hasattr(api, "traced"):
+        return None
+    try:
+        _, trace = api.traced(p.name, *p.args)
+    except Exception:  # noqa: BLE001 - the traced call failed where the plain one answered: nothing traced
+        trace = None
+    if not trace:
+        return None, None, None, []
+    # a function whose own probe passed is followed no further than the value it hands back (its file too,
+    # when that is not the probed function's: a passing cache's constructor is not the module's mistake)
+    files = {file for file, _ in passed} - {p.file}
+    records = [r for r in trace if isinstance(r, dict) and isinstance(r.get("file"), str)
+               and (r["file"], r.get("function")) not in passed and r["file"] not in files
+               and isinstance(r.get("value"), np.ndarray)]
+    return first_parting(records, want, p) if records else (None, None, None, [])
+
+
+def _squeezed(a: np.ndarray) -> np.ndarray:
+    return a.reshape([d for d in a.shape if d != 1])
+
+
+def _equal(got: np.ndarray, want: np.ndarray) -> bool:
+    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if g.shape != w.shape:
+        return False
+    with np.errstate(invalid="ignore"):
+        g = np.where(np.isneginf(w) & (g <= -1e9), -np.inf, g)  # a large negative number stands for -inf
+        ok = (np.abs(g - w) <= 1e-4 + 1e-3 * np.abs(w)) | ((g == w) & np.isinf(w))
+    return bool(np.all(ok))
+
+
+MASK_LABELS = ("the mask", "the mask's", "the additive mask")
+
+
+def _judge(r: dict, want: list[tuple[str, np.ndarray]]) -> tuple[str, str | None]:
+    """('right', the step it equals) / ('wrong', the step of its shape) / ('other', None) for one record."""
+    value = r["value"]
+    if r.get("corner"):  # a large buffer's corner: compared with the masks it would be sliced to
+        g = _squeezed(value)
+        same_shape = [(label, w) for label, w in want if label.startswith(MASK_LABELS) and g.ndim == 2
+                      and _squeezed(w).ndim == 2 and all(a <= b for a, b in zip(_squeezed(w).shape, g.shape))]
+        for label, w in same_shape:
+            sw = _squeezed(w)
+            if _equal(g[:sw.shape[0], :sw.shape[1]], sw):
+                return "right", label
+        return ("wrong", same_shape[0][0]) if same_shape else ("other", None)
+    g = _squeezed(value)
+    same_shape = [(label, w) for label, w in want if _squeezed(w).shape == g.shape]
+    for label, w in same_shape:
+        if _equal(g, _squeezed(w)):
+            return "right", label
+    return ("wrong", same_shape[0][0]) if same_shape else ("other", None)
+
+
+def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe):
+    """The line of the first record whose value has an intermediate's shape but not its contents, or, where
+    records of no intermediate's shape come between it and the last right one, the first line after that."""
+    final = want[-1][0]
+    judged = []
+    for r in records:
+        verdict, label = _judge(r, want)
+        # the probed function's own answer is known wrong: equal to an earlier step, a step was left out
+        if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == p.function \
+                and verdict == "right" and label != final:
+            verdict = "skipped"
+        judged.append((r, verdict, label))
+    wrong = next((i for i, (_, v, _) in enumerate(judged) if v in ("wrong", "skipped")), None)
+    if wrong is None:
+        return None
+    last_right = next((i for i in range(wrong - 1, -1, -1) if judged[i][1] == "right"), None)
+    at = wrong if last_right is None else last_right + 1
+    if judged[at][1] == "skipped":  # passed along unchanged from a call: the line that returned it
+        value = judged[at][0]["value"]
+        for i in range(at - 1, -1, -1):
+            r = judged[i][0]
+            if r["name"].startswith("return") and r["qualname"] != judged[at][0]["qualname"] \
+                    and r["value"].shape == value.shape and np.array_equal(r["value"], value):
+                at = i
+                break
+    r = judged[at][0]
+    shown = [{"label": label or "", "line": int(rec["line"]), "function": rec["function"], "name": rec["name"],
+              "verdict": verdict, "got": _small(rec["value"]),
+              "want": _small(next((w for lb, w in want if lb == label), None))}
+             for rec, verdict, label in judged[:at + 1] if verdict != "other" or rec is r][-12:]
+    return r["file"], r["function"], int(r["line"]), shown
+
+
+def _small(a) -> list | None:
+    """A value as nested lists for the report, its last two axes capped at 8 and leading ones at the first."""
+    if a is None:
+        return None
+    a = np.asarray(a, dtype=np.float64)
+    while a.ndim > 2:
+        a = a[0]
+    a = a[:8, :8] if a.ndim == 2 else a[:8]
+    return np.round(a, 4).tolist()
 
 
 def _error_place(info: dict, p: Probe, submission: Path) -> tuple[str, str, int] | None:

@@ -23,6 +23,7 @@ th{background:#f3f3f3}td.name{text-align:left}.passed{background:#dff5df}.failed
 .check{margin:1em 0;padding:.5em 1em;border:1px solid #ddd}.diag{color:#a11;font-weight:bold}
 .printed{background:#f6f6f6;border-left:3px solid #999;padding:.4em .6em}
 img{max-width:100%}figure{margin:1em 0}figcaption{color:#555}
+table.steps{display:block;overflow-x:auto}table.step td{border:none;padding:0 .3em;font-size:.85em}
 """
 
 
@@ -78,6 +79,37 @@ def _cells(a: dict) -> str:
     return f'<div style="display:flex;gap:2em">{table("expected")}{table("got")}</div>'
 
 
+def _matrix(values) -> str:
+    """A small value (the located steps keep at most 8 x 8 of one head) as a table of numbers."""
+    if values is None:
+        return "<td>(no step of this shape)</td>"
+    rows = values if values and isinstance(values[0], list) else [values]
+    body = "".join("<tr>" + "".join(f"<td>{float(v):.3g}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<td><table class='step'>{body}</table></td>"
+
+
+def _steps(res: Results, e) -> str:
+    """Per localised stage, the student's values beside the reference's, step by step, up to the line where
+    they part (marked with that line)."""
+    parts = []
+    for stage, loc in res.located.items():
+        if not getattr(loc, "steps", None):
+            continue
+        rows = []
+        for st in loc.steps:
+            parted = st["verdict"] != "right"
+            mark = f" &larr; the values part here, {e(loc.file)}:{st['line']}" if parted else ""
+            rows.append(f"<tr class='{'failed' if parted else 'passed'}'><td>{e(st['label'] or 'no step of its shape')}"
+                        f"{mark}</td><td>{e(st['function'])}:{st['line']} <code>{e(st['name'])}</code></td>"
+                        f"{_matrix(st['got'])}{_matrix(st['want'])}</tr>")
+        parts.append(f"<h3>{e(stage)}: in {e(loc.function)}</h3><table class='steps'><tr><th>step</th>"
+                     f"<th>your line</th><th>your value</th><th>the reference's</th></tr>{''.join(rows)}</table>")
+    if not parts:
+        return ""
+    return ("<h2>Where your values part from the reference's</h2><p>Each row is a value one of your lines made "
+            "(the first head, at most 8 x 8), beside the reference's value of the same step.</p>" + "".join(parts))
+
+
 def _printed(output: str) -> str:
     """What the student's code printed during the check, under it."""
     if not output:
@@ -115,6 +147,8 @@ def render(res: Results) -> str:
                      f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
         out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
                    f"<pre>{e(r.message)}</pre>{_cells(r.arrays) if r.arrays else ''}{_printed(r.output)}</div>")
+
+    out.append(_steps(res, e))
 
     if res.pictures:
         out.append("<h2>Pictures: “she saw the cat”</h2>")

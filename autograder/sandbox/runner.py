@@ -80,6 +80,7 @@ class Worker:
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
         self.changed: list[dict] = []
+        self.trace: list | None = None  # what the last traced call recorded (call(trace=True))
         self.printed = ""  # what the last call printed (stdout and stderr), at most PRINTED_LIMIT characters
         self._printed_from: int | None = None  # the log's size when the call in progress began
         self.deadline: float | None = None  # time.monotonic() at which the whole grade's budget runs out
@@ -213,8 +214,10 @@ class Worker:
         return plain(data.decode("utf-8", "replace"))[-n:]
 
     # -- calls ------------------------------------------------------------
-    def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
-        """Call `module:function` (or `driver:name`) in the child and return its value."""
+    def call(self, target: str, *args: Any, timeout: float | None = None, trace: bool = False, **kwargs: Any) -> Any:
+        """Call `module:function` (or `driver:name`) in the child and return its value. With `trace`, the child
+        also records the arrays each line of the submission made during the call (child/tracer.py): they are
+        left in `self.trace` (a list of records, or None when none came back)."""
         from ..child import wire  # imported here, not above: prestart starts the children before numpy loads
 
         if self.child is None:
@@ -227,7 +230,7 @@ class Worker:
             self._vetted = True
         self._next_id += 1
         req_id = self._next_id
-        self.printed, self.changed = "", []
+        self.printed, self.changed, self.trace = "", [], None
         self._printed_from = self._log_size()
         # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
         # FIRST_CALL_FACTOR times the limit, every later call the limit itself
@@ -238,8 +241,10 @@ class Worker:
             if limit <= 0:
                 raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s))
         try:  # the child is told the limit: just before it, it leaves its stack for hang_site
-            os.write(self.child.requests, wire.dumps({"id": req_id, "target": target, "args": list(args),
-                                                      "kwargs": kwargs, "limit": limit}))
+            request = {"id": req_id, "target": target, "args": list(args), "kwargs": kwargs, "limit": limit}
+            if trace:
+                request["trace"] = True
+            os.write(self.child.requests, wire.dumps(request))
         except BrokenPipeError:
             raise self._died("the child process had already exited") from None
         try:
@@ -263,6 +268,8 @@ class Worker:
         if not reply["ok"]:
             raise StudentError(reply["error"])
         self.changed = reply.get("changed") or []  # arguments the call modified in place (child/invariants.py)
+        trace = reply.get("trace")
+        self.trace = trace if isinstance(trace, list) else None
         return reply["value"]
 
     def _read_line(self, timeout: float) -> bytes:

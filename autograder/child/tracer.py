@@ -1,0 +1,151 @@
+"""Following values: which arrays each line of the submission made, for fault localisation's one probe call.
+
+`run(fn, sub_dir)` calls `fn()` under `sys.settrace` and records, for every line executed in a file of
+the submission, each array or tensor that the line created or changed: a local variable bound to a new
+object or whose contents changed, an attribute of `self` (a buffer made in `__init__`, a cache's rows
+written in place), and a function's return value (each part of a returned tuple). The parent compares
+them with the reference's intermediate values (autograder/feedback/steps.py) to find the line where the
+values part ways. Only the small probe inputs are traced, and everything kept is capped, so the cost
+stays small; nothing recorded here decides a point.
+
+The guard (child/guard.py) lets this module call `sys.settrace`: its frame lies in the grader's child
+folder. A record holds only plain data (file, function, line, name, an array), never a frame.
+"""
+import os
+import sys
+
+MAX_SIZE = 4096  # elements: a larger array is kept as its leading corner
+CORNER = 32  # the corner kept of a larger array: its first CORNER entries along each of the last two axes
+MAX_RECORDS = 400  # per traced call
+MAX_PER_PLACE = 4  # records of one (line, name): a loop's later rounds add nothing new
+MAX_SELF_ATTRS = 16  # attributes of `self` looked at per line
+
+
+def _plain(value):
+    """(a numpy copy, whether it is only a corner) of an array or tensor with numbers in it, else None."""
+    a = None
+    if hasattr(value, "detach") and hasattr(value, "numpy") and hasattr(value, "dtype"):  # a tensor
+        try:
+            t = value.detach()
+            if t.device.type != "cpu" or t.is_sparse:
+                return None
+            if str(t.dtype) in ("torch.float16", "torch.bfloat16"):
+                t = t.float()
+            a = t.numpy()
+        except (RuntimeError, TypeError, ValueError, AttributeError):
+            return None
+    elif type(value).__module__ == "numpy" and hasattr(value, "dtype") and hasattr(value, "shape") \
+            and type(value).__name__ == "ndarray":
+        a = value
+    if a is None or a.dtype.kind not in "fiub" or a.ndim == 0 or a.size < 2:
+        return None
+    corner = a.size > MAX_SIZE
+    if corner:
+        if a.ndim < 2:
+            return None
+        a = a[(0,) * (a.ndim - 2) + (slice(0, CORNER), slice(0, CORNER))]
+    return a.copy(), corner
+
+
+def _key(a) -> tuple:
+    """What tells one recorded value from the next: shape, dtype and contents (a change in place shows)."""
+    return a.shape, a.dtype.str, a.tobytes()
+
+
+class Recorder:
+    def __init__(self, sub_dir: str) -> None:
+        self.sub_dir = os.path.realpath(sub_dir) + os.sep
+        self.records: list[dict] = []
+        self.placed: dict[tuple, int] = {}
+        self.files: dict[str, str | None] = {}  # a code object's file -> its name in the submission, or None
+        self.seen: dict[int, dict] = {}  # id(frame) -> {name: key of the value last recorded}
+        self.last_line: dict[int, int] = {}
+        self.full = False
+
+    def _file(self, filename: str) -> str | None:
+        known = self.files.get(filename, 0)
+        if known == 0:
+            real = os.path.realpath(filename) if os.path.isabs(filename) else ""
+            known = self.files[filename] = os.path.relpath(real, self.sub_dir) if real.startswith(self.sub_dir) \
+                else None
+        return known
+
+    # -- sys.settrace's two callbacks --------------------------------------------------------------
+    def on_call(self, frame, event, arg):
+        if event != "call" or self.full or self._file(frame.f_code.co_filename) is None:
+            return None
+        self.seen[id(frame)] = {}
+        self.last_line[id(frame)] = frame.f_lineno
+        self._note(frame, frame.f_lineno, initial=True)  # the arguments: known, never a line's doing
+        return self.on_line
+
+    def on_line(self, frame, event, arg):
+        fid = id(frame)
+        if event == "line":
+            self._note(frame, self.last_line.get(fid, frame.f_lineno))
+            self.last_line[fid] = frame.f_lineno
+        elif event == "return":
+            line = frame.f_lineno
+            self._note(frame, line)
+            if arg is not None:
+                parts = arg if isinstance(arg, tuple) else (arg,)
+                for i, part in enumerate(parts[:8]):
+                    self._add(frame, line, "return" if len(parts) == 1 and not isinstance(arg, tuple)
+                              else f"return[{i}]", part)
+            self.seen.pop(fid, None)
+            self.last_line.pop(fid, None)
+        return self.on_line
+
+    # -- what a line changed -----------------------------------------------------------------------
+    def _note(self, frame, line: int, initial: bool = False) -> None:
+        if self.full:
+            return
+        seen = self.seen.setdefault(id(frame), {})
+        values = list(frame.f_locals.items())
+        owner = frame.f_locals.get("self")
+        if owner is not None:
+            try:
+                attrs = dict(getattr(owner, "__dict__", {}))
+                attrs.update(attrs.get("_buffers") or {})  # an nn.Module keeps its buffers apart
+            except (TypeError, AttributeError, ValueError):
+                attrs = {}
+            values += [(f"self.{k}", v) for k, v in list(attrs.items())[:MAX_SELF_ATTRS * 4]
+                       if isinstance(k, str) and not k.startswith("_")][:MAX_SELF_ATTRS]
+        for name, value in values:
+            if name == "self":
+                continue
+            found = _plain(value)
+            if found is None:
+                continue
+            key = _key(found[0])
+            if seen.get(name) == key:
+                continue
+            seen[name] = key
+            if not initial:
+                self._add(frame, line, name, value, found)
+
+    def _add(self, frame, line: int, name: str, value, found=None) -> None:
+        found = found or _plain(value)
+        if found is None or self.full:
+            return
+        place = (id(frame.f_code), line, name)
+        self.placed[place] = self.placed.get(place, 0) + 1
+        if self.placed[place] > MAX_PER_PLACE:
+            return
+        code = frame.f_code
+        self.records.append({"file": self._file(code.co_filename), "function": code.co_name,
+                             "qualname": getattr(code, "co_qualname", code.co_name), "line": int(line),
+                             "name": name, "value": found[0], "corner": found[1]})
+        self.full = len(self.records) >= MAX_RECORDS
+
+
+def run(fn, sub_dir: str):
+    """(fn()'s value, the records) with the tracer on during the call only; an exception passes through."""
+    rec = Recorder(sub_dir)
+    previous = sys.gettrace()
+    sys.settrace(rec.on_call)
+    try:
+        value = fn()
+    finally:
+        sys.settrace(previous)
+    return value, rec.records

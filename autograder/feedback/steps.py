@@ -1,0 +1,176 @@
+"""The reference's intermediate values for a probe's call, in the order a computation makes them.
+
+Fault localisation (feedback/localise.py) compares them with the arrays the student's lines made during
+the same call (child/tracer.py). Each step is (label, array), worked out from the reference's own
+functions (so the fixtures, which record what the reference answered, hold them for the student repo)
+and plain float64 arithmetic on the probe's fixed inputs. A student's computation may take other routes
+through them (the transpose first, the mask as a number); the lists hold the common ones.
+"""
+import numpy as np
+
+F64 = np.float64
+
+
+def _softmax_parts(s, axis=-1) -> list[tuple[str, np.ndarray]]:
+    s = np.asarray(s, dtype=F64)
+    with np.errstate(invalid="ignore"):
+        m = np.max(s, axis=axis, keepdims=True)
+        shifted = s - m
+        e = np.exp(shifted)
+    total = np.sum(e, axis=axis, keepdims=True)
+    return [("the row maxima", m), ("the scores minus the row maxima", shifted), ("their exponentials", e),
+            ("exp(scores) unshifted", np.exp(np.clip(s, -700, 700))), ("the row sums", total),
+            ("the softmax", e / total)]
+
+
+def softmax(ref, scores, axis=-1):
+    return [("the scores", np.asarray(scores, dtype=F64)), *_softmax_parts(scores, axis)[:-1],
+            ("the softmax", ref.softmax(scores, axis))]
+
+
+def _scores(ref, q, k) -> list[tuple[str, np.ndarray]]:
+    q, k = np.asarray(q, dtype=F64), np.asarray(k, dtype=F64)
+    scaled = np.asarray(ref.scaled_scores(q, k), dtype=F64)
+    return [("k transposed", np.swapaxes(k, -1, -2)), ("q k^T", scaled * np.sqrt(q.shape[-1])),
+            ("the scaled scores q k^T / sqrt(d_k)", scaled)]
+
+
+def scaled_scores(ref, q, k):
+    return _scores(ref, q, k)
+
+
+def _masks(allowed) -> list[tuple[str, np.ndarray]]:
+    allowed = np.asarray(allowed, dtype=bool)
+    return [("the mask (True = may attend)", allowed), ("the mask's complement (True = hidden)", ~allowed),
+            ("the additive mask (0 or -inf)", np.where(allowed, 0.0, -np.inf))]
+
+
+def causal_mask(ref, n_q, n_k=None):
+    n_k = n_q if n_k is None else n_k
+    return [("the query positions", np.arange(n_q)[:, None]), ("the key positions", np.arange(n_k)[None, :]),
+            *_masks(ref.causal_mask(n_q, n_k))]
+
+
+def apply_mask(ref, scores, allowed):
+    return [("the scores", np.asarray(scores, dtype=F64)), *_masks(np.broadcast_to(allowed, np.shape(scores))),
+            ("the masked scores", np.asarray(ref.apply_mask(scores, allowed), dtype=F64))]
+
+
+def _attention(ref, q, k, v, allowed) -> list[tuple[str, np.ndarray]]:
+    parts = _scores(ref, q, k)
+    scaled = parts[-1][1]
+    if allowed is not None:
+        allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), scaled.shape[-2:])
+        masked = np.asarray(ref.apply_mask(scaled, allowed), dtype=F64)
+        parts += [*_masks(allowed), ("the masked scores", masked)]
+    else:
+        masked = scaled
+    weights = np.asarray(ref.softmax(masked), dtype=F64)
+    parts += [*_softmax_parts(masked)[:-1], ("the weights", weights),
+              ("the output", weights @ np.asarray(v, dtype=F64))]
+    return parts
+
+
+def attention(ref, q, k, v, allowed=None):
+    return _attention(ref, q, k, v, allowed)
+
+
+def _heads(ref, x, n_heads) -> list[tuple[str, np.ndarray]]:
+    x = np.asarray(x, dtype=F64)
+    *lead, n, d_model = x.shape
+    return [("the heads side by side [n, n_heads, d_head]", x.reshape(*lead, n, n_heads, d_model // n_heads)),
+            ("the heads [n_heads, n, d_head]", np.asarray(ref.split_heads(x, n_heads), dtype=F64))]
+
+
+def split_heads(ref, x, n_heads):
+    return _heads(ref, x, n_heads)
+
+
+def merge_heads(ref, x):
+    x = np.asarray(x, dtype=F64)
+    return [("the heads side by side [n, n_heads, d_head]", np.swapaxes(x, -3, -2)),
+            ("the merged heads [n, d_model]", np.asarray(ref.merge_heads(x), dtype=F64))]
+
+
+def multi_head_attention(ref, x, w_q, w_k, w_v, w_o, n_heads, causal=True):
+    q, k, v = (np.asarray(t, dtype=F64) for t in ref.project_qkv(x, w_q, w_k, w_v))
+    steps = [("q", q), ("k", k), ("v", v)]
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        steps += [(f"{name}'s {label}", a) for label, a in _heads(ref, t, n_heads)]
+    qh, kh, vh = (np.asarray(ref.split_heads(t, n_heads), dtype=F64) for t in (q, k, v))
+    n = q.shape[-2]
+    steps += _attention(ref, qh, kh, vh, ref.causal_mask(n, n) if causal else None)
+    merged = np.asarray(ref.merge_heads(steps[-1][1]), dtype=F64)
+    steps += [("the heads' outputs side by side", np.swapaxes(steps[-1][1], -3, -2)),
+              ("the merged heads", merged),
+              ("the output", np.asarray(ref.multi_head_attention(x, w_q, w_k, w_v, w_o, n_heads), dtype=F64))]
+    return steps
+
+
+def _module_rows(ref, x, qkv_weight, out_weight, n_heads, start: int, stop: int, cache_rows: bool):
+    """The module's steps for the queries start:stop, attending to keys 0:stop (a cache's view)."""
+    x = np.asarray(x, dtype=F64)
+    w = np.asarray(qkv_weight, dtype=F64)
+    B, T, C = x.shape
+    qkv = x @ w.T  # [B, T, 3C]
+    q, k, v = qkv[..., :C], qkv[..., C:2 * C], qkv[..., 2 * C:]
+    rows = slice(start, stop)
+    steps = [("the qkv projection", qkv[:, rows])]
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        steps += [(name, t[:, rows]), *[(f"{name}'s {label}", a) for label, a in _heads(ref, t[:, rows], n_heads)]]
+    qh = np.asarray(ref.split_heads(q[:, rows], n_heads), dtype=F64)
+    kh, vh = (np.asarray(ref.split_heads(t[:, :stop], n_heads), dtype=F64) for t in (k, v))
+    if cache_rows:
+        D = C // n_heads
+        for name, t in (("keys", kh), ("values", vh)):
+            buffer = np.zeros((B, n_heads, T, D))
+            buffer[:, :, :stop] = t
+            steps += [(f"the cache's {name} [B, H, max_len, D]", buffer), (f"the cached {name} so far", t)]
+    steps += _attention(ref, qh, kh, vh, ref.causal_mask(stop - start, stop))
+    y = steps[-1][1]
+    merged = np.asarray(ref.merge_heads(y), dtype=F64)
+    full = np.asarray(ref.module_forward(x, qkv_weight, out_weight, n_heads), dtype=F64)
+    steps += [("the heads' outputs side by side", np.swapaxes(y, -3, -2)), ("the merged heads", merged),
+              ("the output", full[:, rows])]
+    return steps
+
+
+def module_forward(ref, x, qkv_weight, out_weight, n_heads):
+    return _module_rows(ref, x, qkv_weight, out_weight, n_heads, 0, np.shape(x)[1], False)
+
+
+def module_decode(ref, x, qkv_weight, out_weight, n_heads, chunks):
+    steps, start = [], 0
+    for t in chunks:
+        steps += _module_rows(ref, x, qkv_weight, out_weight, n_heads, start, start + t, True)
+        start += t
+    return steps
+
+
+def dot_scores(ref, x):
+    x = np.asarray(x, dtype=F64)
+    return [("x transposed", x.T), ("x x^T", np.asarray(ref.dot_scores(x), dtype=F64))]
+
+
+def simple_self_attention(ref, x):
+    x = np.asarray(x, dtype=F64)
+    s = np.asarray(ref.dot_scores(x), dtype=F64)
+    w = np.asarray(ref.softmax(s), dtype=F64)
+    return [("x transposed", x.T), ("x x^T", s), *_softmax_parts(s)[:-1], ("the weights", w),
+            ("the output", w @ x)]
+
+
+def project_qkv(ref, x, w_q, w_k, w_v):
+    q, k, v = ref.project_qkv(x, w_q, w_k, w_v)
+    return [("q", np.asarray(q, dtype=F64)), ("k", np.asarray(k, dtype=F64)), ("v", np.asarray(v, dtype=F64))]
+
+
+# the probe's name -> its steps (ref, *probe args)
+STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
+                                 merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
+                                 simple_self_attention, project_qkv)}
+
+
+def steps_for(ref, name: str, args: tuple) -> list[tuple[str, np.ndarray]] | None:
+    fn = STEPS.get(name)
+    return fn(ref, *args) if fn else None
