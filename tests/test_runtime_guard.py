@@ -217,3 +217,48 @@ def test_a_submission_sleeping_at_import_everywhere_ends_with_the_budget_and_a_c
     assert len(tests) == sum(len(sr.checks) for sr in res.stages.values())
     table = terminal(res)
     assert all(name in table for name in res.stages) and "total" in table
+
+
+# each: a first line that tries to switch the guard off (through the modules the child has loaded), then an
+# attack that the guard must still stop; the stage must score as the attack alone would
+DISARMS = {
+    "the guard's own tables": f"{MODULES}['autograder.child.guard'].WATCHED = ()",
+    "the guard's module, by its package": f"{MODULES}['autograder.child'].guard.WATCHED = ()",
+    "sys._getframe": f"{MODULES}['sys']._getframe = lambda *a: None",
+    "os.path.realpath": f"{MODULES}['os'].path.realpath = lambda p: {MODULES}['sys'].prefix + '/x'",
+    "builtins.isinstance": f"{MODULES}['builtins'].isinstance = lambda *a: False",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DISARMS))
+def test_the_guard_cannot_be_switched_off_from_the_submission(name, tmp_path, static_check_off):
+    """Rewriting what the hook reads (its tables, or the functions it calls) changes nothing: those are bound
+    when the guard loads, and its module is out of sys.modules once installed."""
+    disarm = f"    try:\n        {DISARMS[name]}\n    except Exception:\n        pass\n"
+    attack = f"    {MODULES}['builtins'].open('/etc/hostname').read()\n"
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, disarm + attack + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax"])
+    sm = res.stages["softmax"]
+    messages = [r.message for r in sm.checks if not r.passed]
+    assert sm.score == 0, name
+    # refused by the guard; or (builtins rewritten under the child's own feet) the child breaks: no gain either way
+    assert any("refused at run time" in m or "did not finish" in m for m in messages), messages[:2]
+    assert name == "builtins.isinstance" or any("refused at run time" in m for m in messages), messages[:2]
+
+
+def test_an_endless_answer_is_cut_off_without_the_grader_drowning(tmp_path, static_check_off):
+    """Bytes written straight to the reply pipe with no line's end: the grader stops reading at its cap (or
+    the call's time limit) and the check fails; the parent's memory does not follow the flood."""
+    import resource
+
+    flood = (f"    fd = int({MODULES}['sys'].argv[4])\n"
+             f"    while True:\n        {MODULES}['os'].write(fd, b'x' * (1 << 20))\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, flood + SOFTMAX_BODY)]})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res = grade(sub, stages=["softmax"], timeout=20)
+    grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    sm = res.stages["softmax"]
+    assert sm.score == 0
+    assert grew < 2 * 256 * 2**20, grew  # at most the cap (bytearray growth), never the whole flood

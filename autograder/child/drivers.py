@@ -95,40 +95,34 @@ def kv_cache_allocation(batch, n_heads, max_len, d_head, dtype="float32", *, pkg
             "dtype": str(k.dtype).replace("torch.", "") if isinstance(k, torch.Tensor) else type(k).__name__}
 
 
-def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, *, pkg):
-    """Append random chunks of the given lengths through `append` alone; report the lengths and
-    whether each returned k, v is everything appended so far. After a ValueError, it tries to
-    fill the cache to max_len, to see that the failed append left the cache as it was."""
+def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, refill, *, pkg):
+    """Append the parent's chunks [(k_new, v_new), ...] through `append` alone and send back what it
+    returned, with `length` after each: the parent judges them (feedback/probes.cache_report), since
+    nothing here may decide a point. After a ValueError, it tries to fill the cache to max_len from
+    `refill` (k, v [B, H, max_len, D]), to see that the failed append left the cache as it was."""
     c = _mod(pkg, "kv_cache").KVCache(batch, n_heads, max_len, d_head)
-    report = {"lengths": [int(c.length)], "prefix_ok": [], "error": None, "after_error": None}
-    g = torch.Generator().manual_seed(0)
-    written_k, written_v = [], []
-
-    def append(t: int) -> bool:
-        k_new = torch.randn(batch, n_heads, t, d_head, generator=g)
-        v_new = torch.randn(batch, n_heads, t, d_head, generator=g)
-        k_all, v_all = invariants.call(c.append, k_new, v_new)
-        written_k.append(k_new)
-        written_v.append(v_new)
-        return bool(torch.equal(k_all, torch.cat(written_k, -2)) and torch.equal(v_all, torch.cat(written_v, -2)))
-
-    for t in chunks:
+    report = {"lengths": [int(c.length)], "returned": [], "error": None, "after_error": None}
+    written = 0
+    for k_new, v_new in chunks:
+        k_new, v_new = _t(k_new), _t(v_new)
         try:
-            ok = append(t)
+            k_all, v_all = invariants.call(c.append, k_new, v_new)
         except ValueError as e:
             report["error"] = f"ValueError: {e}"
-            room = max_len - sum(k.shape[-2] for k in written_k)
-            after = {"length": int(c.length), "refill": None, "prefix_ok": None}
+            room = max_len - written
+            after = {"length": int(c.length), "refill": None, "returned": None}
             if room > 0:
                 try:
-                    after["prefix_ok"] = append(room)
+                    rk, rv = _t(refill[0])[..., :room, :], _t(refill[1])[..., :room, :]
+                    after["returned"] = list(invariants.call(c.append, rk, rv))
                     after["refill"] = "ok"
                 except ValueError as e2:
                     after["refill"] = f"ValueError: {e2}"
             report["after_error"] = after
             break
+        written += k_new.shape[-2]
         report["lengths"].append(int(c.length))
-        report["prefix_ok"].append(ok)
+        report["returned"].append([k_all, v_all])
     return report
 
 

@@ -18,9 +18,20 @@ folder; any other frame (the submission's files, code made from a string) is the
   tracing and frames; and, asked by the student's own frame, running strings as code (exec, eval,
   compile, new code objects) and the interpreter's audited attributes (a function's __code__, ...).
 A refusal raises RuleViolation with the rule in its message.
+
+The hook must hold against code that can rewrite any module attribute it reaches (`sys._getframe`,
+`os.path.realpath`, `builtins.isinstance`, or this module's own tables): every function it calls is
+bound here, when the module loads, before any submission code exists; and once installed, the
+module leaves sys.modules (`install`), so nothing the submission can reach leads to the hook or its
+tables.
 """
 import os
 import sys
+from builtins import any, frozenset, getattr, isinstance, len, set, sorted, tuple  # bound now, not looked up later
+
+_getframe = sys._getframe
+_realpath, _isabs, _isdir, _fsdecode, _SEP = os.path.realpath, os.path.isabs, os.path.isdir, os.fsdecode, os.sep
+_addaudithook = sys.addaudithook
 
 RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
         "dataclasses, functools, itertools, collections, abc, enum, numbers and each other, and nothing "
@@ -61,9 +72,9 @@ def _module_allowed(name: str, own: frozenset) -> bool:
 
 class Guard:
     def __init__(self, sub_dir: str, pkg: str, roots: list[str]) -> None:
-        self.sub_dir = os.path.realpath(sub_dir) + os.sep
+        self.sub_dir = _realpath(sub_dir) + _SEP
         self.own = frozenset({pkg})
-        self.roots = tuple(sorted({os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r}))
+        self.roots = tuple(sorted({_realpath(r).rstrip(_SEP) + _SEP for r in roots if r}))
         self.readable = (*self.roots, self.sub_dir)
         self.trusted: dict[str, bool] = {}
         self.busy: set[int] = set()
@@ -75,12 +86,12 @@ class Guard:
         if isinstance(path, int) or path is None:
             return False
         try:
-            key = os.fsdecode(path)
+            key = _fsdecode(path)
         except (TypeError, ValueError):
             return False
         known = self.read_cache.get(key)
         if known is None:
-            known = self.read_cache[key] = (os.path.realpath(key) + os.sep).startswith(self.readable)
+            known = self.read_cache[key] = (_realpath(key) + _SEP).startswith(self.readable)
         return known
 
     def is_trusted(self, filename: str) -> bool:
@@ -88,10 +99,10 @@ class Guard:
         if known is None:
             if filename.startswith("<frozen "):
                 known = True
-            elif filename.startswith("<") or not os.path.isabs(filename):
+            elif filename.startswith("<") or not _isabs(filename):
                 known = False  # code made from a string, or a path that cannot be placed
             else:
-                real = os.path.realpath(filename)
+                real = _realpath(filename)
                 known = real.startswith(self.roots) and not real.startswith(self.sub_dir)
             self.trusted[filename] = known
         return known
@@ -99,8 +110,8 @@ class Guard:
     @staticmethod
     def is_machinery(filename: str) -> bool:
         return filename.startswith("<frozen importlib") or filename.endswith(
-            (os.sep + "importlib" + os.sep + "__init__.py", os.sep + "importlib" + os.sep + "_bootstrap.py",
-             os.sep + "importlib" + os.sep + "_bootstrap_external.py"))
+            (_SEP + "importlib" + _SEP + "__init__.py", _SEP + "importlib" + _SEP + "_bootstrap.py",
+             _SEP + "importlib" + _SEP + "_bootstrap_external.py"))
 
     def importer_trusted(self, frame) -> bool:
         """Whether the frame running the import statement (past the import machinery) is trusted code's."""
@@ -148,7 +159,7 @@ class Guard:
             self._library_change(event, args)
             return
         try:
-            frame = sys._getframe(2)  # the frame that made the event (0: check, 1: __call__)
+            frame = _getframe(2)  # the frame that made the event (0: check, 1: __call__)
         except ValueError:  # none: a builtin called from C (a thread's or a callback's target)
             frame = None
         if event == "import":
@@ -186,7 +197,7 @@ class Guard:
         if module.split(".")[0] not in ("numpy", "torch", "builtins"):
             return
         try:
-            frame = sys._getframe(3)
+            frame = _getframe(3)
         except ValueError:
             frame = None
         if frame is None or not self.is_trusted(frame.f_code.co_filename):
@@ -206,8 +217,14 @@ def install(sub_dir: str, pkg: str) -> Guard:
     if _installed is None:
         import sysconfig
 
-        roots = [p for p in sys.path if p and os.path.isdir(p)]
+        roots = [p for p in sys.path if p and _isdir(p)]
         roots += [sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")]
         _installed = Guard(sub_dir, pkg, roots)
-        sys.addaudithook(_installed)
+        _addaudithook(_installed)
+    # out of reach from here on: sys.modules (reachable through typing.sys) no longer leads to this module,
+    # its tables or the hook; the hook is held by the interpreter and by the functions bound above
+    sys.modules.pop(__name__, None)
+    package = sys.modules.get(__name__.rpartition(".")[0])
+    if package is not None and getattr(package, "guard", None) is not None:
+        del package.guard
     return _installed

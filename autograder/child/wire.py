@@ -15,7 +15,7 @@ def encode(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in _FLOAT_KINDS:
             raise TypeError(f"cannot send an array of dtype {obj.dtype}")
-        a = np.ascontiguousarray(obj)
+        a = obj if obj.flags.c_contiguous else np.array(obj, order="C")  # (ascontiguousarray makes 0-d 1-d)
         return {"__nd__": [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode("ascii")]}
     if isinstance(obj, np.generic):
         return encode(np.asarray(obj)) if obj.dtype.kind in _FLOAT_KINDS else str(obj)
@@ -37,7 +37,8 @@ def decode(obj: Any) -> Any:
             dt = np.dtype(dtype)
             if dt.kind not in _FLOAT_KINDS or dt.hasobject:
                 raise TypeError(f"refusing dtype {dtype}")
-            return np.frombuffer(base64.b64decode(data), dtype=dt).reshape(shape).copy()
+            a = np.frombuffer(base64.b64decode(data), dtype=dt).reshape(tuple(shape)).copy()
+            return a[()] if a.ndim == 0 else a  # a numpy scalar (np.float64 is a float) comes back as one
         if "__tuple__" in obj:
             return tuple(decode(x) for x in obj["__tuple__"])
         return {k: decode(v) for k, v in obj.items()}

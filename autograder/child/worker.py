@@ -142,6 +142,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
         from autograder.child import guard
 
         guard.install(sub_dir, pkg)  # before any of the submission loads: from here on, the rule holds
+        del guard  # (install took the module out of sys.modules; no name here keeps it either)
     load_package(sub_dir, pkg)
     stack = open_stack_file(sub_dir)
     results.write(wire.dumps({"id": 0, "ok": True, "value": "ready"}))

@@ -98,8 +98,54 @@ def module_output(got, want, ref):
     return inference.infer(got, want, {"d_k": 4, "n_heads": 2, "n_q": 6, "n_k": 6}) or (None, shape_note(got, want))
 
 
+def cache_chunks(batch: int, n_heads: int, max_len: int, d_head: int, chunks: list[int], seed: int = 0):
+    """The keys and values a cache probe appends, drawn here in the parent: [(k_new, v_new) [B, H, t, D]], and
+    a refill (k, v [B, H, max_len, D]) for after a refused append."""
+    rng = np.random.default_rng([seed, batch, n_heads, max_len, d_head, *chunks])
+
+    def draw(t: int) -> np.ndarray:
+        return rng.standard_normal((batch, n_heads, t, d_head)).astype(np.float32)
+
+    return [(draw(t), draw(t)) for t in chunks], (draw(max_len), draw(max_len))
+
+
+def _is(got, *want) -> bool:
+    try:
+        return len(got) == len(want) and all(np.array_equal(np.asarray(g), w) for g, w in zip(got, want))
+    except (TypeError, ValueError):
+        return False
+
+
+def cache_report(raw, data, refill, max_len: int) -> dict:
+    """What append returned, judged here: `prefix_ok` says, per append, whether it returned exactly the
+    keys and values appended so far (and after a refused append, whether a refill to max_len did)."""
+    raw = raw if isinstance(raw, dict) else {}
+    returned = list(raw.get("returned") or [])
+    ok = [_is(pair, np.concatenate([k for k, _ in data[:i + 1]], -2), np.concatenate([v for _, v in data[:i + 1]], -2))
+          for i, pair in enumerate(returned)]
+    after = raw.get("after_error")
+    if isinstance(after, dict):
+        done = data[:len(returned)]
+        room = max_len - sum(k.shape[-2] for k, _ in done)
+        want = [np.concatenate([*(x[j] for x in done), refill[j][..., :room, :]], -2) for j in (0, 1)]
+        after = {"length": after.get("length"), "refill": after.get("refill"),
+                 "prefix_ok": _is(after["returned"], *want) if after.get("returned") is not None else None}
+    return {"lengths": list(raw.get("lengths") or []), "prefix_ok": ok, "error": raw.get("error"),
+            "after_error": after}
+
+
+def probe_cache(api, batch: int, n_heads: int, max_len: int, d_head: int, chunks: list[int]) -> dict:
+    """Append `chunks` positions through the student's KVCache.append alone, judged in the parent."""
+    data, refill = cache_chunks(batch, n_heads, max_len, d_head, chunks)
+    return cache_report(api.kv_cache_probe(batch, n_heads, max_len, d_head, data, refill), data, refill, max_len)
+
+
+CACHE_DATA, CACHE_REFILL = cache_chunks(1, 2, 6, 4, [3, 1, 2])  # localisation's probe: they fill max_len 6
+
+
 def cache_lengths(got, want, ref):
     """Chunks of 3, 1 and 2 positions appended to an empty cache of max_len 6, which they fill exactly."""
+    got = cache_report(got, CACHE_DATA, CACHE_REFILL, 6)
     lengths, ok = list(got.get("lengths", [])), list(got.get("prefix_ok", []))
     if lengths == [0, 3, 4, 6] and ok == [True] * 3 and not got.get("error"):
         return None

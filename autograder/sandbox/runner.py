@@ -36,6 +36,7 @@ from .safe_files import current, take
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
+MAX_REPLY_BYTES = 256 * 2**20  # one answer from a child; the largest real one (a traced probe) is far smaller
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
 BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
@@ -86,7 +87,7 @@ class Worker:
         self.deadline: float | None = None  # time.monotonic() at which the whole grade's budget runs out
         self.budget_s: float = 0.0  # that budget, for the message
         self._next_id = 0
-        self._buf = b""
+        self._buf = bytearray()
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -112,7 +113,7 @@ class Worker:
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
-        self._buf, self._ready, self._vetted, self._next_id = b"", False, False, 0
+        self._buf, self._ready, self._vetted, self._next_id = bytearray(), False, False, 0
         try:
             self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                               self._log)
@@ -274,7 +275,8 @@ class Worker:
 
     def _read_line(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf:
+        pending = b"\n" not in self._buf
+        while pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 site = self.hang_site()
@@ -293,9 +295,15 @@ class Worker:
                         time.sleep(0.005)
                         continue
                     raise self._died("the process exited")
-                self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        return line
+                if len(self._buf) + len(chunk) > MAX_REPLY_BYTES:  # a flood, not an answer: stop reading it
+                    self.close()
+                    raise StudentCrash(f"sent an answer larger than {MAX_REPLY_BYTES // 2**20} MiB without ending it; "
+                                       "the grader stopped reading (return arrays, numbers or tuples of them)")
+                self._buf += chunk  # a bytearray: appending is not a copy of what came before
+                pending = b"\n" not in chunk  # only the new bytes can hold the line's end
+        line, _, rest = self._buf.partition(b"\n")
+        self._buf = bytearray(rest)
+        return bytes(line)
 
     def _died(self, why: str) -> StudentCrash:
         tail = self.output_tail()

@@ -4,7 +4,7 @@ import numpy as np
 from ..child import seeded
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
-from ..feedback.probes import WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime
+from ..feedback.probes import CACHE_DATA, CACHE_REFILL, WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime, probe_cache
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, peak_over_baseline, randn, shape_str
@@ -77,7 +77,7 @@ STAGE = Stage(
                 )),
     ),
     probes=(
-        Probe(name="kv_cache_probe", file="kv_cache.py", function="append", args=(1, 2, 6, 4, [3, 1, 2]),
+        Probe(name="kv_cache_probe", file="kv_cache.py", function="append", args=(1, 2, 6, 4, CACHE_DATA, CACHE_REFILL),
               expected=lambda r: None, judge=cache_lengths),
         Probe(name="module_decode", file="module.py", function="forward", args=(XB, WQKV, WOUT, 2, [3, 1, 2]),
               expected=lambda r: r.module_forward(XB, WQKV, WOUT, 2), judge=decode_output,
@@ -106,7 +106,7 @@ def allocates_up_front(api, ctx):
               rule="Write k_new, v_new [B, H, t, D] at position `length`; return the filled k, v [B, H, length, D].")
 def append_returns_prefix(api, ctx):
     """append writes at `length`, advances it, and returns everything filled so far"""
-    r = api.kv_cache_probe(1, 2, 12, 3, [4, 1, 1, 3])
+    r = probe_cache(api, 1, 2, 12, 3, [4, 1, 1, 3])
     if r["error"]:
         raise Fail(f"appending 4 + 1 + 1 + 3 positions into max_len=12 raised {r['error']}")
     if r["lengths"] != [0, 4, 5, 6, 9]:
@@ -121,12 +121,12 @@ def append_returns_prefix(api, ctx):
               rule="Raises ValueError if the t new positions do not fit in max_len, and leaves the cache as it was.")
 def append_past_max_len_raises(api, ctx):
     """appending past max_len raises ValueError; a fill that ends exactly at max_len does not"""
-    exact = api.kv_cache_probe(1, 1, 5, 2, [3, 2])
+    exact = probe_cache(api, 1, 1, 5, 2, [3, 2])
     if exact["error"]:
         raise Fail(f"appending 3 + 2 positions into max_len=5, which fills the cache exactly, raised {exact['error']} "
                    f"after lengths {exact['lengths']}; t new positions fit while length + t <= max_len, and only "
                    "a fill past max_len raises")
-    r = api.kv_cache_probe(1, 1, 5, 2, [3, 3])
+    r = probe_cache(api, 1, 1, 5, 2, [3, 3])
     if r["error"] is None or not r["error"].startswith("ValueError"):
         raise Fail(f"appending 3 + 3 positions into max_len=5 gave lengths {r['lengths']} and "
                    f"{r['error'] or 'no error'}; expected ValueError on the second append")
@@ -219,5 +219,5 @@ def decode_step_cost_linear(api, ctx):
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
 def keeps_the_defaults(api, ctx):
     """the functions keep the default argument values of their stubs' signatures"""
-    written = api.kv_cache_probe(1, 1, 2, 2, [1])  # a stub's defaults earn nothing: the stage must work first
+    written = probe_cache(api, 1, 1, 2, 2, [1])  # a stub's defaults earn nothing: the stage must work first
     expect_defaults(api, {"kv_cache:KVCache": {"dtype": "torch.float32", "device": "None"}}, written)
