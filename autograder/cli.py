@@ -25,7 +25,8 @@ def use_color() -> bool:
 def _grade(args) -> int:
     from .sandbox.runner import prestart
 
-    stages = [s.strip() for s in args.stage.split(",") if s.strip()] if args.stage else None
+    named = ",".join(args.stage or [])  # `--stage a,b` and `--stage a --stage b` alike
+    stages = [s.strip() for s in named.split(",") if s.strip()] or None
     # The children load numpy (and torch) while this process imports the stages and their checks. The
     # usual folder holds the stage modules itself: start them there now, before locate() imports the stages.
     path = Path(args.submission)
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade a submission folder or zip")
     g.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with the stage modules, or a zip")
-    g.add_argument("--stage", help="grade only these stages (comma-separated)")
+    g.add_argument("--stage", action="append", help="grade only these stages (comma-separated; may be repeated)")
     from .report import RENDERERS
 
     for renderer in RENDERERS:

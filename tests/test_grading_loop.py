@@ -141,3 +141,13 @@ def test_stubs_that_return_none_score_zero(tmp_path):
         (sub / f.name).write_text(re.sub(r"raise NotImplementedError\(.*\)$", "...", f.read_text(), flags=re.M))
     res = grade(sub)
     assert res.score == 0 and res.bonus_score == 0, [r.check.id for s in res.stages.values() for r in s.checks if r.passed]
+
+
+def test_stage_may_be_repeated_as_well_as_comma_separated(tmp_path):
+    """`--stage a --stage b` grades both, as `--stage a,b` does (a repeated flag used to keep only the last)."""
+    first, second = STAGES[0].name, STAGES[1].name
+    out = tmp_path / "r.json"
+    subprocess.run([sys.executable, "-m", "autograder", "grade", "--submission", str(SOLUTIONS), "--stage", first,
+                    "--stage", second, "--json", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    graded = json.loads(out.read_text())["extra_data"]["stages"]
+    assert set(graded) == {first, second}
