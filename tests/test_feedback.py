@@ -105,3 +105,11 @@ def test_watch_draws_one_screen_per_save(tmp_path):
     assert out.count("\033[2J") == 1, "one screen per save: cleared once, then updated in place"
     assert "core stages pass" in out and "points" in out
     assert "every stage passes" not in out
+
+
+def test_a_syntax_error_is_named_as_one_not_as_a_wrong_value(tmp_path):
+    """A stray indent: the next step names the exception at its line, never 'that function's own output is wrong'."""
+    sub = variant(tmp_path, {"softmax.py": [("    scores = np.asarray(scores)\n", "      scores = np.asarray(scores)\n")]})
+    res = grade(sub, stages=["softmax"])
+    assert "raises IndentationError" in res.next_step and "own output is wrong" not in res.next_step, res.next_step
+    assert "softmax.py:" in res.next_step

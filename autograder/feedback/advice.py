@@ -1,6 +1,7 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
+from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 from .sources import def_line, first_stub, rel
@@ -80,9 +81,11 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             where = loc_text(res, loc) if loc else \
                 "at " + (def_line(res.submission, m.where) if m.where else _where(res, s, first, stub))
             return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}."
-        if loc:
+        if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value
+            what = (f"your code raises {first.error.get('type')} ({plain(str(first.error.get('message', '')))[:160]})"
+                    if first.error else "that function's own output is wrong")
             return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
-                    f"that function's own output is wrong. `make hint` gives a nudge.")
+                    f"{what}. `make hint` gives a nudge.")
         where = _where(res, s, first, stub)
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
     graded = [s for s in STAGES if s.name in res.stages]
