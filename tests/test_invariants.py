@@ -124,3 +124,15 @@ def test_a_fused_path_that_aligns_bottom_right_itself_keeps_full_marks(tmp_path)
         "            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)\n"))]})
     res = grade(sub, stages=["fused"])
     assert res.stages["fused"].score == res.stages["fused"].max_score, failing(res, "fused")
+
+
+def test_apply_mask_returning_its_scores_when_nothing_is_masked_fails(tmp_path):
+    """The docstring promises a new array: handing back `scores` itself (here when every key is allowed)
+    lets a caller who changes the result change its scores too."""
+    sub = variant(tmp_path, {"masking.py": [("    return np.where(allowed, scores, -np.inf)\n",
+                                          "    if np.all(allowed):\n        return scores\n"
+                                          "    return np.where(allowed, scores, -np.inf)\n")]})
+    res = grade(sub, stages=["softmax", "scaling", "masking"])
+    masking = res.stages["masking"]
+    assert masking.score < masking.max_score
+    assert any("a new array" in r.message for r in masking.checks if not r.passed)

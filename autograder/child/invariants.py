@@ -7,8 +7,10 @@ with the reply and the parent turns it into a failed check. A submission could s
 that only loses what correct code loses nothing by.
 """
 import inspect
+import sys
 
 CHANGED: list[dict] = []  # {"function", "argument"} for each argument modified since the request began
+ALIASED: list[dict] = []  # {"function", "argument"}: the call returned that numpy argument itself, or a view of it
 
 
 def _snapshot(value):
@@ -47,4 +49,17 @@ def call(fn, *args, **kwargs):
     for name, value, before in kept:
         if before is not None and not _same(before, value):
             CHANGED.append({"function": label, "argument": name})
+    _note_aliases(label, named, out)
     return out
+
+
+def _note_aliases(label: str, named: list, out) -> None:
+    """Note each numpy argument whose memory a returned array shares (for the checks of "a new array")."""
+    np = sys.modules.get("numpy")
+    outs = out if isinstance(out, tuple) else (out,)
+    if np is None:
+        return
+    for name, value in named:
+        if isinstance(value, np.ndarray) and any(isinstance(o, np.ndarray) and np.may_share_memory(o, value)
+                                                 for o in outs):
+            ALIASED.append({"function": label, "argument": name})

@@ -149,6 +149,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
     for line in requests:
         req = wire.loads(line)
         invariants.CHANGED.clear()
+        invariants.ALIASED.clear()
         watch_for_a_hang(stack, req.get("limit"))
         try:
             fn = resolve(req["target"], pkg)
@@ -166,7 +167,8 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
                 value = run()
             value = to_plain(value)
             try:
-                answer = {"id": req["id"], "ok": True, "value": value, "changed": list(invariants.CHANGED)}
+                answer = {"id": req["id"], "ok": True, "value": value, "changed": list(invariants.CHANGED),
+                          "aliased": list(invariants.ALIASED)}
                 if traced is not None:
                     answer["trace"] = sendable(traced)
                 reply = wire.dumps(answer)

@@ -81,6 +81,7 @@ class Worker:
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
         self.changed: list[dict] = []
+        self.aliased: list[dict] = []  # numpy arguments the last call returned (or a view of), child/invariants.py
         self.trace: list | None = None  # what the last traced call recorded (call(trace=True))
         self.printed = ""  # what the last call printed (stdout and stderr), at most PRINTED_LIMIT characters
         self._printed_from: int | None = None  # the log's size when the call in progress began
@@ -231,7 +232,7 @@ class Worker:
             self._vetted = True
         self._next_id += 1
         req_id = self._next_id
-        self.printed, self.changed, self.trace = "", [], None
+        self.printed, self.changed, self.aliased, self.trace = "", [], [], None
         self._printed_from = self._log_size()
         # the first call in a fresh child also pays its one-time work (imports, a first torch call): it gets
         # FIRST_CALL_FACTOR times the limit, every later call the limit itself
@@ -269,6 +270,7 @@ class Worker:
         if not reply["ok"]:
             raise StudentError(reply["error"])
         self.changed = reply.get("changed") or []  # arguments the call modified in place (child/invariants.py)
+        self.aliased = reply.get("aliased") or []
         trace = reply.get("trace")
         self.trace = trace if isinstance(trace, list) else None
         return reply["value"]

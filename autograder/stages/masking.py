@@ -186,6 +186,10 @@ def apply_mask_reference(api, ctx):
                 inputs=f"scores {shape_str(s)}, allowed [4, 5] broadcast over the batch",
                 mistakes={"mask-zero-not-neginf": np.where(allowed, s, 0.0),
                           "mask-inverted": np.where(allowed, -np.inf, s)})
+    api.apply_mask(s, np.ones((4, 5), dtype=bool))  # nothing to mask: still a new array, never `scores` itself
+    if getattr(api.worker, "aliased", None):
+        raise Fail("with nothing to mask, apply_mask returned `scores` itself (or a view of it): the docstring "
+                   "promises a new array, so that a caller who changes the result never changes its scores")
 
 
 @STAGE.check(points=1, kind="property", visibility="public", cite="Article A, 'Hide forbidden positions before softmax'",
