@@ -24,7 +24,7 @@ GRADER_ROOT = ROOT / "autograder"
 # other seeds, and each catalogued mistake beyond the first of its stage.
 SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
               "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py",
-              "test_class_report.py"}
+              "test_class_report.py", "test_setup_builds.py"}
 SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm", "test_no_diagnosis_is_claimed_but_the_mistakes_own",
               "test_a_new_stage_is_three_files_and_every_build_picks_it_up",
               "test_the_toy_stages_reach_totals_tables_and_the_next_step",

@@ -465,16 +465,45 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
     return out
 
 
+def setup_environment(root: Path, env: dict | None = None) -> Path:
+    """Run `root`/source/setup.sh as Gradescope does (AUTOGRADER_ROOT=root, its environment `env`), making
+    `root`/venv; return its python. The venv is kept while setup.sh and the requirements stay the same (a
+    stamp of both inside it). A failed setup raises RuntimeError with the script's last lines (its FAILED line)."""
+    import hashlib
+
+    source = root / "source"
+    want = hashlib.sha256((source / "setup.sh").read_bytes() + (source / "requirements-student.txt").read_bytes())
+    stamp, python = root / "venv" / ".setup-stamp", root / "venv" / "bin" / "python"
+    if stamp.is_file() and stamp.read_text() == want.hexdigest() and python.exists():
+        return python
+    shutil.rmtree(root / "venv", ignore_errors=True)
+    print(f"running the zip's setup.sh to make {root / 'venv'} (once: it is kept while setup.sh is the same)")
+    p = subprocess.run(["bash", str(source / "setup.sh")], env={**(os.environ if env is None else env),
+                       "AUTOGRADER_ROOT": str(root.resolve())}, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError("setup.sh failed:\n" + "\n".join((p.stdout + p.stderr).splitlines()[-12:]))
+    stamp.write_text(want.hexdigest())
+    return python
+
+
 def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
                      root: Path = DIST / "gradescope-local", python: str | None = None,
-                     preexec: Callable[[], None] | None = None) -> Path:
+                     preexec: Callable[[], None] | None = None, setup_env: dict | None = None) -> Path:
     """Lay out `root` like Gradescope's /autograder, run the zip's run_autograder there, return results.json.
+    The grader runs in the environment the zip's setup.sh builds in `root`/venv (setup_environment; kept
+    between runs), as on Gradescope, unless `python` names another interpreter.
     `preexec` runs in the new process before run_autograder (e.g. to enter a cgroup with Gradescope's limits)."""
     if root.exists():
         for p in [root, *root.rglob("*")]:  # a previous run left these root-only
             if p.is_dir():
                 p.chmod(0o755)
-        shutil.rmtree(root)
+        for p in root.iterdir():  # everything but the venv setup.sh made
+            if p.name == "venv":
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
     (root / "source").mkdir(parents=True)
     with zipfile.ZipFile(zip_path) as z:
         z.extractall(root / "source")
@@ -488,7 +517,12 @@ def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
         sub.mkdir()
         shutil.copy2(submission, sub / Path(submission).name)
     (root / "results").mkdir()
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root.resolve()), "AUTOGRADER_PYTHON": python or sys.executable}
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRADER_PYTHON"}
+    env["AUTOGRADER_ROOT"] = str(root.resolve())
+    if python:
+        env["AUTOGRADER_PYTHON"] = python
+    else:  # run_autograder's own default: $ROOT/venv/bin/python
+        setup_environment(root, setup_env)
     subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True, preexec_fn=preexec)
     return root / "results" / "results.json"
 
