@@ -1,10 +1,15 @@
 """`make watch`: re-grade whenever a stage file is saved, only the stages that file can affect.
 
 The saved stage's verdict comes first and the stages that use it follow on the same screen (a
-progress bar, the whole kit's total, diagnoses, the next step). Ctrl-C leaves cleanly.
+progress bar, the whole kit's total, diagnoses, the next step). Ctrl-C leaves cleanly, and so does the end
+of the terminal, however it ends: a SIGHUP or SIGTERM, the parent (make, the shell) gone, or the terminal
+itself hung up (a killed tmux session hangs up the tty and signals only its session leader, often make,
+which then waits for its children). Leaving ends the fork server and every child and removes their
+folders under the temporary directory.
 """
 import os
 import queue
+import select
 import signal
 import sys
 import threading
@@ -59,6 +64,8 @@ class Session:
 
         server = self._server()
         with self.lock:
+            if self.cancel.is_set():  # stopped before this phase began: start no child
+                return None
             self.workers = {kind: Worker(self.folder, timeout=self.timeout, zygote=server, reuse_memory=kind == "numpy")
                             for kind in ("numpy", "torch")}
         try:
@@ -81,7 +88,7 @@ class Session:
         merged = None
         for i, phase in enumerate(phases):
             res = self._grade(phase)
-            if self.cancel.is_set():
+            if res is None or self.cancel.is_set():
                 return
             self.kit.update(res.stages)
             agree_with_grade(self.kit, self.folder)  # the statuses `make grade` would give
@@ -100,12 +107,13 @@ class Session:
             remember_run(merged)
 
     def stop_grading(self) -> None:
-        """Cancel the grade in progress: its children are ended now (a call in flight fails at once)."""
+        """Cancel the grade in progress: its children are ended now (a call in flight fails at once) and
+        none starts again for it (a retired worker refuses to restart, so the grade runs out quickly)."""
         self.cancel.set()
         with self.lock:
             for w in self.workers.values():
                 try:
-                    w.close()
+                    w.retire()
                 except Exception:  # noqa: BLE001 - the grading thread may be closing it at the same moment
                     pass
 
@@ -113,14 +121,53 @@ class Session:
         self.server.close()
 
 
+STOP_SIGNALS = ("SIGINT", "SIGHUP", "SIGTERM")
+
+
 def ends_with_terminal() -> None:
     """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does."""
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    for name in ("SIGHUP", "SIGTERM"):
+    for name in STOP_SIGNALS[1:]:
         if hasattr(signal, name) and threading.current_thread() is threading.main_thread():
             signal.signal(getattr(signal, name), stop)
+
+
+def ignore_stop_signals() -> None:
+    """While leaving: a second signal (a closing terminal sends SIGHUP more than once, then SIGCONT) must not
+    cut the cleanup short and leave the fork server or scratch folders behind."""
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name) and threading.current_thread() is threading.main_thread():
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def terminal_fds(out) -> list[int]:
+    """The descriptors whose hang-up means nobody can see watch any more: its output, and its input when
+    that is a terminal (stdin redirected from a file or /dev/null says nothing about the terminal)."""
+    fds = []
+    for stream, tty_only in ((out, False), (sys.stdin, True)):
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            continue
+        if fd not in fds and (not tty_only or os.isatty(fd)):
+            fds.append(fd)
+    return fds
+
+
+def hung_up(fds: list[int]) -> bool:
+    """Whether one of `fds` is hung up: a tty whose terminal closed, or a pipe whose reader went away.
+    poll() asked for no event reports exactly those (POLLHUP, POLLERR), without reading or writing."""
+    if not fds or not hasattr(select, "poll"):
+        return False
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, 0)
+    try:
+        return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in p.poll(0))
+    except OSError:
+        return True
 
 
 def agree_with_grade(kit: dict, folder: Path) -> None:
@@ -144,9 +191,13 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
     import watchfiles
 
     folder = Path(folder).resolve()
-    session = Session(folder, timeout, color, out)
+    parent = os.getppid()
+    ends_with_terminal()  # before the fork server starts: a SIGHUP while it starts also ends it cleanly
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
+    session: Session | None = None
+    grading: threading.Thread | None = None
+    terminal = terminal_fds(out)
 
     def listen() -> None:
         for changes in watchfiles.watch(folder, step=max(10, int(interval * 1000)), debounce=400, stop_event=stop,
@@ -155,11 +206,10 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
             if names:
                 events.put(names)
 
-    threading.Thread(target=listen, daemon=True).start()
     changed: set[str] | None = None  # None: the first grade covers every stage
-    parent = os.getppid()
-    ends_with_terminal()
     try:
+        session = Session(folder, timeout, color, out)
+        threading.Thread(target=listen, daemon=True).start()
         while True:
             session.cancel.clear()
             grading = threading.Thread(target=session.run, args=(changed,), daemon=True)
@@ -169,7 +219,7 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
                 try:
                     changed = events.get(timeout=0.1)
                 except queue.Empty:
-                    if os.getppid() != parent:  # the parent (make, the shell) is gone: so is the terminal
+                    if os.getppid() != parent or hung_up(terminal):  # the parent is gone, or the terminal is
                         raise KeyboardInterrupt from None
                     continue
                 while not events.empty():
@@ -178,8 +228,17 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
                 session.stop_grading()
                 grading.join()
     except KeyboardInterrupt:
-        stop.set()
+        pass
+    ignore_stop_signals()
+    stop.set()
+    if session is not None:
         session.stop_grading()
+        if grading is not None:  # its retired workers fail at once; it removes what it started as it ends
+            grading.join(timeout=30)
         session.close()
+    try:
         out.write("\nstopped watching.\n")
-        return 0
+        out.flush()
+    except (OSError, ValueError):  # the terminal is gone: nobody to tell
+        pass
+    return 0

@@ -13,7 +13,7 @@ import pytest
 
 from autograder.instructor.build import SETUP_SH
 
-TOOLS = ("grep", "cut", "cat")
+TOOLS = ("grep", "cut", "cat", "tee", "mktemp", "tail", "rm")
 
 
 def fake_python(path: Path, version: str, venv: bool = True, shared: bool = True) -> Path:
@@ -35,9 +35,11 @@ fi
 
 
 def fake_apt(bin_dir: Path, available: dict[str, str]) -> None:
-    """apt-get that installs pythonX.Y (with venv) for the versions in `available` and fails for others."""
+    """apt-get that installs pythonX.Y (with venv) for the versions in `available` and fails for others,
+    saying so on its output as apt does."""
     log = bin_dir.parent / "calls.log"
-    cases = "\n".join(f'    *python{v}-venv*) /bin/cp {src} {bin_dir}/python{v}; echo "apt-get $*" >> {log}; exit 0 ;;'
+    cases = "\n".join(f'    *python{v}-venv*) /bin/cp {src} {bin_dir}/python{v}; echo "apt-get $*" >> {log}; '
+                      f'echo "Setting up python{v}-venv (fake apt)"; exit 0 ;;'
                       for v, src in available.items())
     (bin_dir / "apt-get").write_text(f'''#!/bin/bash
 case "$*" in
@@ -45,6 +47,7 @@ case "$*" in
 {cases}
 esac
 echo "apt-get $* (unable to locate)" >> {log}
+echo "E: Unable to locate package (fake apt)"
 exit 100
 ''')
     (bin_dir / "apt-get").chmod(0o755)
@@ -64,8 +67,8 @@ def machine(tmp_path):
     return root, bin_dir, stash
 
 
-def run_setup(root: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": str(root.parent / "bin"), "AUTOGRADER_ROOT": str(root), "HOME": str(root)}
+def run_setup(root: Path, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": path or str(root.parent / "bin"), "AUTOGRADER_ROOT": str(root), "HOME": str(root)}
     return subprocess.run(["/bin/bash", str(root / "setup.sh")], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -92,7 +95,7 @@ def test_ubuntu_24_04_without_its_venv_package_installs_python3_12_venv(machine)
     fake_apt(bin_dir, {"3.12": fake_python(stash / "python3.12", "3.12")})
     p = run_setup(root)
     assert p.returncode == 0, p.stderr
-    assert "apt-get install -y -qq python3.12 python3.12-venv" in calls(root)
+    assert "apt-get install -y python3.12 python3.12-venv" in calls(root)
     assert f"python3.12 -m venv {root}/venv" in calls(root)
 
 
@@ -103,10 +106,42 @@ def test_ubuntu_22_04_python3_10_gets_python3_11_from_apt(machine):
     p = run_setup(root)
     assert p.returncode == 0, p.stderr
     apt = [c for c in calls(root) if c.startswith("apt-get")]
-    assert apt == ["apt-get install -y -qq python3.12 python3.12-venv (unable to locate)",
-                   "apt-get install -y -qq python3.11 python3.11-venv"]
+    assert apt == ["apt-get install -y python3.12 python3.12-venv (unable to locate)",
+                   "apt-get install -y python3.11 python3.11-venv"]
     assert f"python3.11 -m venv {root}/venv" in calls(root)
     assert not [c for c in calls(root) if c.startswith("python3 ")]
+
+
+def test_apt_output_reaches_the_build_log(machine):
+    root, bin_dir, stash = machine
+    fake_python(bin_dir / "python3", "3.10")
+    fake_apt(bin_dir, {"3.11": fake_python(stash / "python3.11", "3.11")})
+    p = run_setup(root)
+    assert p.returncode == 0, p.stderr
+    assert "E: Unable to locate package (fake apt)" in p.stderr  # the 3.12 that was not there, said by apt
+    assert "Setting up python3.11-venv (fake apt)" in p.stderr
+    assert f"python3.11 -m venv {root}/venv" in calls(root)
+
+
+def test_every_folder_on_path_is_looked_in(machine):
+    """An unusable python3.12 early on PATH does not hide a usable one later, nor a python3.11 elsewhere."""
+    root, bin_dir, _ = machine
+    early, late = root.parent / "early", root.parent / "late"
+    early.mkdir()
+    late.mkdir()
+    fake_python(early / "python3.12", "3.12", shared=False)
+    fake_python(early / "python3", "3.10")
+    fake_python(late / "python3.12", "3.12")
+    fake_apt(bin_dir, {})
+    p = run_setup(root, f"{early}:{bin_dir}:{late}")
+    assert p.returncode == 0, p.stderr
+    assert f"python3.12 -m venv {root}/venv" in calls(root) and f"making {root}/venv with {late}/python3.12" in p.stdout
+    assert not [c for c in calls(root) if c.startswith("apt-get")]
+
+    (late / "python3.12").unlink()  # then a python3.11 in the last folder, rather than apt
+    fake_python(late / "python3.11", "3.11")
+    p = run_setup(root, f"{early}:{bin_dir}:{late}")
+    assert p.returncode == 0 and f"making {root}/venv with {late}/python3.11" in p.stdout, p.stdout + p.stderr
 
 
 def test_an_interpreter_other_users_cannot_run_is_passed_over(machine):
@@ -126,8 +161,9 @@ def test_no_python_to_be_had_fails_with_one_clear_line(machine):
     fake_apt(bin_dir, {})
     p = run_setup(root)
     assert p.returncode == 1
-    assert p.stderr.count("\n") == 1 and p.stderr.startswith("setup.sh: FAILED: no Python 3.11+")
-    assert "Ubuntu 24.04" in p.stderr
+    last = p.stderr.splitlines()[-1]  # apt's own lines come first; the verdict is one line, last
+    assert last.startswith("setup.sh: FAILED: no Python 3.11+") and p.stderr.count("setup.sh: FAILED") == 1, p.stderr
+    assert "Ubuntu 24.04" in last
     assert not (root / "venv").exists()
 
 

@@ -4,9 +4,15 @@ student code itself: each forked child drops to its limits and uid before it loa
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N};
 {"wait": pid, "timeout": s} -> {"status": code, "peak_bytes": n}; {"ping": 1} -> {"pong": true}.
+
+When its input ends without its parent having ended it (the parent was killed, or died), it ends the
+children it forked that still run and removes their scratch folders and its own home (argv[1]): a
+killed `make watch` leaves nothing running and nothing in the temporary directory.
 """
 import json
 import os
+import shutil
+import signal
 import sys
 import time
 
@@ -39,11 +45,32 @@ def become_worker(req: dict) -> None:
     worker.serve(req["pkg_dir"], req["pkg"], requests, results)
 
 
+def orphaned(children: dict[int, str], home: str | None) -> None:
+    """The parent is gone: end each child still running (each leads its own session, so its process group
+    is its pid), reap it, and remove its scratch folder and this server's home."""
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid, scratch in children.items():
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        if os.path.basename(scratch).startswith("attn-grade-"):  # only a folder the grader made for it
+            shutil.rmtree(scratch, ignore_errors=True)
+    if home and os.path.basename(home).startswith("attn-zygote-"):
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main() -> None:
+    home = sys.argv[1] if len(sys.argv) > 1 else None
     out = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints cannot reach the control pipe
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
+    children: dict[int, str] = {}  # forked and not yet reaped: pid -> its scratch folder
     for line in sys.stdin:
         req = json.loads(line)
         if "fork" in req:
@@ -53,6 +80,7 @@ def main() -> None:
                     become_worker(req["fork"])
                 finally:
                     os._exit(0)
+            children[pid] = req["fork"]["scratch"]
             reply = {"pid": pid}
         elif "ping" in req:
             reply = {"pong": True}
@@ -63,14 +91,20 @@ def main() -> None:
                 try:
                     done, code, usage = os.wait4(pid, os.WNOHANG)
                 except ChildProcessError:
+                    children.pop(pid, None)
                     break
                 if done:  # with the kernel's count of its peak memory (KiB on Linux, bytes on macOS)
+                    children.pop(pid, None)
                     reply = {"status": os.waitstatus_to_exitcode(code),
                              "peak_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)}
                     break
                 time.sleep(0.005)
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+        try:
+            out.write(json.dumps(reply) + "\n")
+            out.flush()
+        except OSError:  # the parent closed its end while this reply was on its way
+            break
+    orphaned(children, home)
 
 
 if __name__ == "__main__":

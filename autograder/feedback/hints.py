@@ -61,37 +61,54 @@ def first_unfinished(submission: Path) -> str | None:
     return None
 
 
+def upcoming(submission: Path, stage: str, diagnoses: list[str] | None = None) -> dict:
+    """The rung `make hint STAGE=stage` gives next, without climbing to it: {"rung": k (from 1), "of": n,
+    "text", "mistake": the catalogue id its ladder is about, or None for the stage's general ladder}.
+    `diagnoses` are the mistakes the run named in that stage (default: the latest run's, as `make hint` reads)."""
+    state = _load(_state_path(submission))
+    rungs = state.get("diagnosis_rungs", {})
+    if diagnoses is None:
+        diagnoses = load_grade_state(submission)["diagnoses"].get(stage, [])
+    # each diagnosis has its own ladder (autograder/feedback/hint_ladders.py); a new one starts at its first rung
+    named = [d for d in diagnoses if d in CATALOGUE and rungs.get(d, 0) < len(ladder_of(CATALOGUE[d]))]
+    if named:  # the mistake the last run named, before the general ladder
+        m = CATALOGUE[named[0]]
+        steps = ladder_of(m)
+        rung = rungs.get(m.id, 0)
+        return {"rung": rung + 1, "of": len(steps), "text": steps[rung], "mistake": m.id}
+    ladder = HINTS[stage]
+    rung = min(int(state.get(stage, 0)), len(ladder) - 1)
+    return {"rung": rung + 1, "of": len(ladder), "text": ladder[rung], "mistake": None}
+
+
 def next_hint(submission: Path, stage: str | None = None) -> str:
     stage = stage or first_unfinished(submission)
     if stage is None:
         return "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
     if stage not in BY_NAME:
         raise ValueError(f"unknown stage {stage}; stages: {', '.join(BY_NAME)}")
+    hint = upcoming(submission, stage)
     path = _state_path(submission)
+    state = _load(path)
+    rung, last = hint["rung"], hint["rung"] >= hint["of"]
+    if hint["mistake"]:  # climb that mistake's ladder
+        state.setdefault("diagnosis_rungs", {})[hint["mistake"]] = rung
+        _save(path, state)
+        more = "run `make hint` again for the stage's general hints" if last else "run `make hint` again for the next one"
+        return (f"Hint {rung}/{hint['of']} for stage {BY_NAME[stage].number} ({stage}), about the mistake your "
+                f"last run named, {hint['mistake']}:\n  {hint['text']}\n({more})")
+    state[stage] = rung
+    _save(path, state)
+    more = "that was the last hint" if last else "run `make hint` again for the next one"
+    return f"Hint {rung}/{hint['of']} for stage {BY_NAME[stage].number} ({stage}):\n  {hint['text']}\n({more})"
+
+
+def _load(path: Path) -> dict:
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
-        state = {}
-    # each diagnosis has its own ladder (autograder/feedback/hint_ladders.py); a new one starts at its first rung
-    rungs = state.setdefault("diagnosis_rungs", {})
-    named = [d for d in load_grade_state(submission)["diagnoses"].get(stage, [])
-             if d in CATALOGUE and rungs.get(d, 0) < len(ladder_of(CATALOGUE[d]))]
-    if named:  # the mistake the last run named, before the general ladder
-        m = CATALOGUE[named[0]]
-        steps = ladder_of(m)
-        rung = rungs.get(m.id, 0)
-        rungs[m.id] = rung + 1
-        _save(path, state)
-        more = ("run `make hint` again for the next one" if rung + 1 < len(steps)
-                else "run `make hint` again for the stage's general hints")
-        return (f"Hint {rung + 1}/{len(steps)} for stage {BY_NAME[stage].number} ({stage}), about the mistake your "
-                f"last run named, {m.id}:\n  {steps[rung]}\n({more})")
-    ladder = HINTS[stage]
-    rung = min(int(state.get(stage, 0)), len(ladder) - 1)
-    state[stage] = rung + 1
-    _save(path, state)
-    more = "run `make hint` again for the next one" if rung + 1 < len(ladder) else "that was the last hint"
-    return f"Hint {rung + 1}/{len(ladder)} for stage {BY_NAME[stage].number} ({stage}):\n  {ladder[rung]}\n({more})"
+        return {}
+    return state if isinstance(state, dict) else {}
 
 
 def _save(path: Path, state: dict) -> None:

@@ -305,10 +305,13 @@ SETUP_SH = """\
 # Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu 22.04 or 24.04; no GPU,
 # little disk: torch is the CPU build). numpy 2.4 needs Python 3.11 or newer, and the sandbox runs student
 # code under a uid of its own, so the interpreter must be one other users can run (not under /root):
-# python3.13, 3.12 or 3.11 (or python3) on PATH, else the distribution's python3.12 or python3.11 with its
-# venv module from apt (24.04 has 3.12; 22.04's main archive has 3.11). AUTOGRADER_ROOT moves /autograder.
-set -euo pipefail
+# python3.13, 3.12 or 3.11 (or python3) in any folder on PATH, else the distribution's python3.12 or python3.11
+# with its venv module from apt (24.04 has 3.12; 22.04's main archive has 3.11). AUTOGRADER_ROOT moves
+# /autograder. Every step's output goes to the build log as it comes; a step that fails ends the script with
+# one line, "setup.sh: FAILED: <step>: <its cause>", last in the log.
+set -Eeuo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
+trap 'echo "setup.sh: FAILED: line $LINENO: $BASH_COMMAND (exit status $?)" >&2' ERR
 CANDIDATES="python3.13 python3.12 python3.11 python3"
 # "<major>.<minor> <venv and ensurepip importable: 1|0> <others can run it and read its library: 1|0>"
 PROBE='
@@ -330,26 +333,33 @@ probe() {
     "$1" -c "$PROBE" 2>/dev/null || echo "0.0 0 0"
 }
 
-# The first candidate on PATH that is 3.11+, has venv and can be run by other users.
+# The first usable interpreter, by candidate (newest first), then by PATH order: every folder on PATH is
+# looked in, so an unusable python3.12 early on PATH does not hide a usable one later. Usable: 3.11+, with
+# venv, and other users can run it.
 pick_python() {
-    local name path version venv shared
+    local name dir path version venv shared dirs
+    IFS=: read -r -a dirs <<<"$PATH"
     for name in $CANDIDATES; do
-        path=$(command -v "$name") || continue
-        read -r version venv shared <<<"$(probe "$path")"
-        if [ "${version%%.*}" = 3 ] && [ "${version#*.}" -ge 11 ] && [ "$venv" = 1 ] && [ "$shared" = 1 ]; then
-            echo "$path"
-            return 0
-        fi
+        for dir in "${dirs[@]}"; do
+            path="${dir:-.}/$name"
+            [ -f "$path" ] && [ -x "$path" ] || continue
+            read -r version venv shared <<<"$(probe "$path")"
+            if [ "${version%%.*}" = 3 ] && [ "${version#*.}" -ge 11 ] && [ "$venv" = 1 ] && [ "$shared" = 1 ]; then
+                echo "$path"
+                return 0
+            fi
+        done
     done
     return 1
 }
 
 # The distribution's packages: python3.12 (Ubuntu 24.04), else python3.11 (22.04), each with its venv.
+# apt's output goes to the log (on stderr: this function's stdout is the interpreter's path).
 install_python() {
     local v
-    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get update >&2 || true
     for v in 3.12 3.11; do
-        if apt-get install -y -qq "python$v" "python$v-venv" >/dev/null 2>&1; then
+        if DEBIAN_FRONTEND=noninteractive apt-get install -y "python$v" "python$v-venv" >&2; then
             hash -r
             pick_python && return 0
         fi
@@ -357,22 +367,44 @@ install_python() {
     return 1
 }
 
+# Run one step with its output shown as it comes; if it fails, end with the FAILED line naming the step and
+# its cause (pip's last "ERROR:" line, else the step's last line of output).
+step() {
+    local what=$1 log cause
+    shift
+    log=$(mktemp)
+    if "$@" 2>&1 | tee "$log"; then
+        rm -f "$log"
+        return 0
+    fi
+    cause=$(grep -E '^(ERROR|error|Error)' "$log" | tail -n 1 || true)
+    [ -n "$cause" ] || cause=$(grep -v -E '^[[:space:]]*$' "$log" | tail -n 1 || true)
+    rm -f "$log"
+    trap - ERR
+    echo "setup.sh: FAILED: $what: ${cause:-it exited with an error and printed nothing}" >&2
+    exit 1
+}
+
 main() {
     local py
     if ! py=$(pick_python) && ! py=$(install_python); then
+        trap - ERR
         echo "setup.sh: FAILED: no Python 3.11+ with venv that other users can run ($CANDIDATES on PATH), and" \\
              "apt-get could not install python3.12 or python3.11 with venv; choose Gradescope's Ubuntu 24.04" \\
              "(or 22.04) base image" >&2
         exit 1
     fi
     echo "setup.sh: making $ROOT/venv with $py ($(probe "$py" | cut -d' ' -f1))"
-    "$py" -m venv "$ROOT/venv"
-    NUMPY=$(grep -E '^numpy==' "$ROOT/source/requirements-student.txt")
-    TORCH=$(grep -E '^torch==' "$ROOT/source/requirements-student.txt")
+    step "making the venv with $py" "$py" -m venv "$ROOT/venv"
+    NUMPY=$(grep -E '^numpy==' "$ROOT/source/requirements-student.txt" | cut -d' ' -f1)
+    TORCH=$(grep -E '^torch==' "$ROOT/source/requirements-student.txt" | cut -d' ' -f1)
     PSUTIL=$(grep -E '^psutil==' "$ROOT/source/requirements-student.txt" | cut -d' ' -f1 || true)
-    "$ROOT/venv/bin/pip" install --no-cache-dir "$NUMPY" $PSUTIL
-    "$ROOT/venv/bin/pip" install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
-    "$ROOT/venv/bin/python" -m compileall -q "$ROOT/source/autograder" "$ROOT/source/attn_ref" >/dev/null
+    step "pip could not install $NUMPY $PSUTIL" "$ROOT/venv/bin/pip" install --no-cache-dir "$NUMPY" $PSUTIL
+    step "pip could not install $TORCH (the CPU build)" \\
+        "$ROOT/venv/bin/pip" install --no-cache-dir "$TORCH" --index-url https://download.pytorch.org/whl/cpu
+    step "compiling the grader" \\
+        "$ROOT/venv/bin/python" -m compileall -q "$ROOT/source/autograder" "$ROOT/source/attn_ref"
+    echo "setup.sh: done: $ROOT/venv"
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then  # run, not sourced (the tests source it to call its functions)
@@ -451,16 +483,45 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
     return out
 
 
+def setup_environment(root: Path, env: dict | None = None) -> Path:
+    """Run `root`/source/setup.sh as Gradescope does (AUTOGRADER_ROOT=root, its environment `env`), making
+    `root`/venv; return its python. The venv is kept while setup.sh and the requirements stay the same (a
+    stamp of both inside it). A failed setup raises RuntimeError with the script's last lines (its FAILED line)."""
+    import hashlib
+
+    source = root / "source"
+    want = hashlib.sha256((source / "setup.sh").read_bytes() + (source / "requirements-student.txt").read_bytes())
+    stamp, python = root / "venv" / ".setup-stamp", root / "venv" / "bin" / "python"
+    if stamp.is_file() and stamp.read_text() == want.hexdigest() and python.exists():
+        return python
+    shutil.rmtree(root / "venv", ignore_errors=True)
+    print(f"running the zip's setup.sh to make {root / 'venv'} (once: it is kept while setup.sh is the same)")
+    p = subprocess.run(["bash", str(source / "setup.sh")], env={**(os.environ if env is None else env),
+                       "AUTOGRADER_ROOT": str(root.resolve())}, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError("setup.sh failed:\n" + "\n".join((p.stdout + p.stderr).splitlines()[-12:]))
+    stamp.write_text(want.hexdigest())
+    return python
+
+
 def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
                      root: Path = DIST / "gradescope-local", python: str | None = None,
-                     preexec: Callable[[], None] | None = None) -> Path:
+                     preexec: Callable[[], None] | None = None, setup_env: dict | None = None) -> Path:
     """Lay out `root` like Gradescope's /autograder, run the zip's run_autograder there, return results.json.
+    The grader runs in the environment the zip's setup.sh builds in `root`/venv (setup_environment; kept
+    between runs), as on Gradescope, unless `python` names another interpreter.
     `preexec` runs in the new process before run_autograder (e.g. to enter a cgroup with Gradescope's limits)."""
     if root.exists():
         for p in [root, *root.rglob("*")]:  # a previous run left these root-only
             if p.is_dir():
                 p.chmod(0o755)
-        shutil.rmtree(root)
+        for p in root.iterdir():  # everything but the venv setup.sh made
+            if p.name == "venv":
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
     (root / "source").mkdir(parents=True)
     with zipfile.ZipFile(zip_path) as z:
         z.extractall(root / "source")
@@ -474,7 +535,12 @@ def gradescope_local(submission: Path, zip_path: Path = DIST / "autograder.zip",
         sub.mkdir()
         shutil.copy2(submission, sub / Path(submission).name)
     (root / "results").mkdir()
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root.resolve()), "AUTOGRADER_PYTHON": python or sys.executable}
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRADER_PYTHON"}
+    env["AUTOGRADER_ROOT"] = str(root.resolve())
+    if python:
+        env["AUTOGRADER_PYTHON"] = python
+    else:  # run_autograder's own default: $ROOT/venv/bin/python
+        setup_environment(root, setup_env)
     subprocess.run(["bash", str(root / "run_autograder")], env=env, check=True, preexec_fn=preexec)
     return root / "results" / "results.json"
 

@@ -9,22 +9,30 @@ from pathlib import Path
 import numpy as np
 
 from ..feedback.advice import STATUS_WORD, blocked_note
+from ..feedback.hints import upcoming
 from ..feedback.sources import rel
 from ..outcomes import plain
 from ..results import Results
-from ..stages import HINTS, SHOWN_ORDER, mistakes_of
+from ..stages import SHOWN_ORDER, mistakes_of
 
+# Nothing may be wider than its card: long words and paths wrap, and a matrix wider than the card scrolls
+# inside its own box (.matrix) rather than pushing the page sideways.
 CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222;overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#f3f3f3}td.name{text-align:left}.passed{background:#dff5df}.failed{background:#fbdada}
 .not_started{background:#eee;color:#666}.blocked{background:#fff1c9}.bad{background:#f7a3a3;font-weight:bold}
 .next{font-size:1.1em;padding:.6em;border-left:4px solid #36c;background:#eef3fc}pre{white-space:pre-wrap}
-.check{margin:1em 0;padding:.5em 1em;border:1px solid #ddd}.diag{color:#a11;font-weight:bold}
+.check{margin:1em 0;padding:.5em 1em;border:1px solid #ddd;min-width:0}.diag{color:#a11;font-weight:bold}
 .printed{background:#f6f6f6;border-left:3px solid #999;padding:.4em .6em}
+.cells{display:flex;flex-wrap:wrap;gap:.5em 2em;max-width:100%}
+.matrix{overflow-x:auto;max-width:100%;min-width:0}.matrix table{margin:0}.matrix td{overflow-wrap:normal}
+.matrix caption{text-align:left}.cut{color:#555;font-size:.9em}
+.hint{margin:.5em 0;padding:.5em 1em;border-left:4px solid #c93;background:#fdf6e9}
 img{max-width:100%}figure{margin:1em 0}figcaption{color:#555}
 table.steps{display:block;overflow-x:auto}table.step td{border:none;padding:0 .3em;font-size:.85em}
 """
+MATRIX_SHOWN = 12  # rows and columns of a matrix the report shows (the grader's views hold at most 12 x 12)
 
 
 def _png(fig) -> str:
@@ -69,14 +77,33 @@ def heatmap_figure(item: dict) -> str:
 
 
 def _cells(a: dict) -> str:
+    """Expected beside got, the differing cells marked; side by side where the card has room, one under
+    the other where it has not, each scrolling inside its own box when wider than the card."""
     def table(key: str) -> str:
         rows = []
-        for i, row in enumerate(a[key]):
-            tds = "".join(f'<td class="{"bad" if a["bad"][i][j] else ""}">{v:.4g}</td>' for j, v in enumerate(row))
+        m = a[key]
+        for i, row in enumerate(m[:MATRIX_SHOWN]):
+            tds = "".join(f'<td class="{"bad" if a["bad"][i][j] else ""}">{v:.4g}</td>'
+                          for j, v in enumerate(row[:MATRIX_SHOWN]))
             rows.append(f"<tr>{tds}</tr>")
-        return f"<table><caption>{key}</caption>{''.join(rows)}</table>"
+        n_rows, n_cols = len(m), max((len(r) for r in m), default=0)
+        cut = (f" <span class='cut'>(the first {min(n_rows, MATRIX_SHOWN)} x {min(n_cols, MATRIX_SHOWN)} of "
+               f"{n_rows} x {n_cols})</span>" if n_rows > MATRIX_SHOWN or n_cols > MATRIX_SHOWN else "")
+        return f"<div class='matrix'><table><caption>{key}{cut}</caption>{''.join(rows)}</table></div>"
 
-    return f'<div style="display:flex;gap:2em">{table("expected")}{table("got")}</div>'
+    return f"<div class='cells'>{table('expected')}{table('got')}</div>"
+
+
+def _hint(res: Results, stage) -> str:
+    """The rung `make hint STAGE=<stage>` gives next (the report does not climb the ladder; `make hint` does)."""
+    sr = res.stages[stage.name]
+    h = upcoming(res.submission, stage.name, sr.diagnoses)
+    about = f", about the mistake this run named ({h['mistake']})" if h["mistake"] else ""
+    more = ("`make hint STAGE={}` gives this one, then the next".format(stage.name) if h["rung"] < h["of"]
+            else "the last rung of this ladder")
+    return (f"<details id='hint-{stage.name}' class='hint'><summary>stage {stage.number}: {stage.name}: "
+            f"hint {h['rung']}/{h['of']}{html.escape(about)}</summary><p>{html.escape(plain(h['text']))}</p>"
+            f"<p class='cut'>{html.escape(more)}</p></details>")
 
 
 def _matrix(values) -> str:
@@ -156,11 +183,12 @@ def render(res: Results) -> str:
             out.append(f"<figure id='pic-{name}'><img class='heatmap' alt='{e(item['title'])}' "
                        f"src='{heatmap_figure(item)}'><figcaption>{e(item['title'])}</figcaption></figure>")
 
-    out.append("<h2>Hints</h2>")
-    for s in SHOWN_ORDER:
-        if s.name in res.stages and res.stages[s.name].status != "passed":
-            out.append(f"<details id='hint-{s.name}'><summary>stage {s.number}: {s.name}</summary><ol>"
-                       + "".join(f"<li>{e(h)}</li>" for h in HINTS[s.name]) + "</ol></details>")
+    unfinished = [s for s in SHOWN_ORDER if s.name in res.stages and res.stages[s.name].status != "passed"]
+    if unfinished:
+        out.append("<h2>Hints</h2><p>The next hint of each stage that does not pass yet, one rung at a time "
+                   "(as <code>make hint</code> gives them).</p>")
+    for s in unfinished:
+        out.append(_hint(res, s))
     out.append("</body></html>")
     return "\n".join(out)
 

@@ -244,7 +244,7 @@ class ForkServer:
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("fork_server.py")
         self.home.chmod(0o755)
-        self.proc = subprocess.Popen([*interpreter(), str(script)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*interpreter(), str(script), str(self.home)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, cwd=self.home, env=kept_env(), start_new_session=True)
         self.lock = lock or threading.Lock()
         if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:

@@ -89,9 +89,12 @@ class Worker:
         self.budget_s: float = 0.0  # that budget, for the message
         self._next_id = 0
         self._buf = bytearray()
+        self.retired = False  # see retire
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
+        if self.retired:
+            raise BudgetSpent("grading stopped: this worker was retired (the grade was cancelled)")
         self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-"))
         worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
@@ -123,6 +126,19 @@ class Worker:
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise GraderEnvironment(f"the interpreter that runs the children could not be started "
                                     f"({e.filename or launchers.interpreter()[0]}: {e.strerror or e})") from None
+        except BaseException:  # the fork server is gone, or the grade was stopped: no scratch folder stays behind
+            self._log.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        if self.retired:  # retired while it was starting (watch stopping): end what just started
+            self.close()
+            raise BudgetSpent("grading stopped: this worker was retired (the grade was cancelled)")
+
+    def retire(self) -> None:
+        """End the child now and refuse to start another: a cancelled grade's remaining calls fail at once
+        (as BudgetSpent: checks not run) instead of each starting a fresh child."""
+        self.retired = True
+        self.close()
 
     def close(self) -> None:
         if self.child is None:
