@@ -5,7 +5,7 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import RAISED, expect_defaults, expect_value_error, randn, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, grader_size, randn, shape_str
 
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
@@ -83,7 +83,7 @@ def tiled_large_scores(api, ctx):
                 mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, True, 4, 4))
 
 
-_BASELINE: dict = {}  # (forked children?, n) -> peak bytes of a child that built the inputs and made no call
+_BASELINE: dict = {}  # (forked children?, n, grader's size) -> peak bytes of a child that built the inputs and made no call
 MEMORY_N = 4096
 
 
@@ -93,7 +93,7 @@ def tiled_extra_memory(api, n: int) -> tuple[list, int | None]:
     reaps each child, out of the submission's reach. The baseline runs at the same time (once per process)."""
     import threading
 
-    key = (getattr(api.worker.launcher, "forks", False), n)
+    key = (getattr(api.worker.launcher, "forks", False), n, grader_size())
     base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
         "npdriver:tiled_memory_run", n, 16, 64, True, timeout=60)[1]))
     if key not in _BASELINE:
