@@ -16,7 +16,7 @@ from conftest import ROOT, grade, variant
 
 from autograder.instructor.build import autograder_zip, gradescope_local
 from autograder.sandbox.launchers import separate_user_possible
-from autograder.stages import CORE_POINTS, STAGES
+from autograder.stages import CORE_POINTS, DEPENDANTS, STAGES
 from autograder.stages.article_numbers import X
 
 SECRET = "test-course-secret"
@@ -179,8 +179,10 @@ def _snoop():
     assert "LEAK" not in json.dumps(data)
     if layer == "static check":
         refused_alone(data, scores, "scaling.py", ("softmax", "projections", "kv_cache", "fused", "tiled"))
-    else:
-        assert scores == FULL
+    else:  # the run-time guard refuses the walk before the operating system has to: scaling alone loses
+        assert any("refused at run time" in t["output"] for t in data["tests"] if t["extra_data"]["stage"] == "scaling")
+        using = set(DEPENDANTS["scaling"])
+        assert {n: s for n, s in scores.items() if n not in using} == {n: s for n, s in FULL.items() if n not in using}
 
 
 def test_forged_results_and_lingering_writer(zip_path, tmp_path, layer):
