@@ -52,6 +52,14 @@ def zip_path(tmp_path_factory):
     return autograder_zip(tmp_path_factory.mktemp("zip") / "autograder.zip", SECRET)
 
 
+def guarded_alone(data: dict, scores: dict, stage: str) -> None:
+    """With the static check off, the run-time guard refuses the attack: `stage` and the stages that use it
+    lose, every other stage keeps its points."""
+    assert any("refused at run time" in t["output"] for t in data["tests"] if t["extra_data"]["stage"] == stage)
+    using = set(DEPENDANTS[stage])
+    assert {n: s for n, s in scores.items() if n not in using} == {n: FULL[n] for n in scores if n not in using}
+
+
 def run_zip(zip_path, submission, tmp_path):
     out = gradescope_local(submission, zip_path, tmp_path / "gs", python=sys.executable)
     data = json.loads(out.read_text())
@@ -179,10 +187,8 @@ def _snoop():
     assert "LEAK" not in json.dumps(data)
     if layer == "static check":
         refused_alone(data, scores, "scaling.py", ("softmax", "projections", "kv_cache", "fused", "tiled"))
-    else:  # the run-time guard refuses the walk before the operating system has to: scaling alone loses
-        assert any("refused at run time" in t["output"] for t in data["tests"] if t["extra_data"]["stage"] == "scaling")
-        using = set(DEPENDANTS["scaling"])
-        assert {n: s for n, s in scores.items() if n not in using} == {n: s for n, s in FULL.items() if n not in using}
+    else:  # the run-time guard refuses the walk before the operating system has to
+        guarded_alone(data, scores, "scaling")
 
 
 def test_forged_results_and_lingering_writer(zip_path, tmp_path, layer):
@@ -225,7 +231,7 @@ def test_cannot_kill_the_grader(zip_path, tmp_path, layer):
     if layer == "static check":
         refused_alone(data, scores, "softmax.py", ("projections", "scaling", "kv_cache", "fused", "tiled"))
     else:
-        assert scores == FULL
+        guarded_alone(data, scores, "softmax")
 
 
 def test_orphan_processes_are_ended(zip_path, tmp_path, layer):
@@ -239,7 +245,7 @@ def test_orphan_processes_are_ended(zip_path, tmp_path, layer):
     if layer == "static check":
         refused_alone(data, scores, "scaling.py", ("softmax", "projections", "kv_cache", "fused", "tiled"))
     else:
-        assert scores == FULL
+        guarded_alone(data, scores, "scaling")
     assert survivors(marker) == []
 
 
