@@ -61,12 +61,13 @@ def container_memory() -> int | None:
 def child_memory(torch: bool, kit: int = 4 * 2**30) -> int:
     """A child's address-space limit: the kit's 4 GiB, or, inside a smaller container, the interpreter's own
     address space (torch maps ~0.7 GiB before any work) plus a share of the container's memory (a sixth for
-    a torch child, which runs beside another torch child; a third for the numpy child): a call that needs
+    a torch child, which runs beside another torch child; half for the numpy child, whose checks copy their
+    arguments to see them unchanged): a call that needs
     more gets MemoryError in its own stage before the container's memory runs out for everyone."""
     limit = container_memory()
     if limit is None:
         return kit
-    return min(kit, 704 * 2**20 + limit // 6 if torch else 192 * 2**20 + limit // 3)
+    return min(kit, 704 * 2**20 + limit // 6 if torch else 192 * 2**20 + limit // 2)
 
 
 # (name in reports, Limits field, resource constant's name): the limits enter() applies, in order
