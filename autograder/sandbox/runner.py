@@ -264,7 +264,10 @@ class Worker:
                 request["trace"] = True
             os.write(self.child.requests, wire.dumps(request))
         except BrokenPipeError:
-            raise self._died("the child process had already exited") from None
+            died = self._died("the child process had already exited")
+            if not self._ready:  # it ended before loading any of the submission: the environment's fault
+                raise GraderEnvironment(environment_fault(str(died))) from None
+            raise died from None
         try:
             if not self._ready:  # the child's first line says it has loaded
                 try:
