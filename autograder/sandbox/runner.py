@@ -167,6 +167,8 @@ class Worker:
         child's peak resident memory in bytes as the kernel counted it for its whole life (read here, in
         the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
         system does not count it."""
+        if self.retired:  # a cancelled grade measures nothing more
+            raise BudgetSpent("not run: the grade was cancelled")
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         try:
