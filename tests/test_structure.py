@@ -288,7 +288,7 @@ def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     assert [t["status"] for t in toy] == ["passed", "passed"] and results["extra_data"]["stages"]["toy"]["score"] == 2
 
     nb, ot = _in_kit(kit, "from autograder.instructor.notebooks import build_notebook, otter_master\n"
-                          "nb, ot = build_notebook(), otter_master()\n"
+                          "nb, ot = build_notebook(), otter_master('attention_kit.whl')\n"
                           "out = [[c['source'] for c in nb['cells']], [c['source'] for c in ot['cells']]]")
     assert any(s.startswith(f"## Stage {TOY_N}: toy\n\nDouble every entry.") for s in nb)
     assert any(s.startswith("%%writefile submission/toy.py") for s in nb)
