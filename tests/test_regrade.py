@@ -52,16 +52,20 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
         z.close()
 
 
-@pytest.mark.parametrize("same_user", [True, False])
-def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user):
-    """Run as the grader's user, a child can kill the shared fork server; the batch starts another
-    and grades again whatever was being graded then. (Under its own uid the kill is refused.)"""
+@pytest.mark.parametrize("same_user,guard", [(True, "off"), (False, "off"), (True, "on")])
+def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user, guard):
+    """The run-time guard refuses the kill (the killer loses its stage, nothing else changes). Without it, run as
+    the grader's user, a child can kill the shared fork server; the batch starts another and grades again whatever
+    was being graded then. (Under its own uid the kill is refused.)"""
     import autograder.sandbox.launchers as sb
 
     # the fork server is what regrade uses without namespaces; the killer's `import os` is let past the static
-    # check, to see the batch survive what the sandbox alone lets through
+    # check (and, with the guard off, past the run-time guard), to see the batch survive what the sandbox alone
+    # lets through
     monkeypatch.setattr(sb.namespaces, "available", lambda: False)
     monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+    if guard == "off":
+        monkeypatch.setenv("ATTN_GUARD", "off")
     if same_user:  # as on a laptop or a course server without root
         monkeypatch.setattr(sb, "separate_user_possible", lambda: False)
     starts = tmp_path / "starts"  # one line per fork server started, by any grading process
@@ -86,7 +90,7 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
     for name in ("alice", "bob", "carol", "dave"):
         assert float(rows[name]["total"]) == CORE_POINTS, (name, rows[name]["error"])
     servers = len(starts.read_text().split())
-    if not same_user and sb.separate_user_possible():  # the kill is refused: aaron's import fails
+    if guard == "on" or (not same_user and sb.separate_user_possible()):  # refused: aaron's import fails
         assert float(rows["aaron"]["softmax"]) < 12 and servers == 1
     else:
         assert servers >= 2, "aaron killed the shared server: a process started its own to grade again"

@@ -2,7 +2,7 @@
 `typing.sys.modules`, a builtin taken from `builtins`) is stopped when it runs, with the rule; correct code,
 and the imports numpy and torch make for themselves, keep every point."""
 import pytest
-from conftest import grade, variant
+from conftest import SOLUTIONS, grade, variant
 
 from autograder.stages import CATALOGUE
 
@@ -143,6 +143,24 @@ def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, sta
     assert cost.diagnosis == "cache-quadratic-step"
     honest = st.max_score - cost.check.points  # the unforged step's outputs are right: it loses only the cost check
     assert st.score == honest if not forged else st.score <= honest
+
+
+def test_decode_cost_holds_in_a_grown_grader(tmp_path):
+    """A forked child's peak starts at its parent's resident size: from a grader grown past the child's own peak
+    (a long batch, the tests' own process) a quadratic step once read as no more than a correct one. Children are
+    started from a small process (child/spawn.py), so the step still costs the check, and correct code keeps it."""
+    import numpy as np
+
+    ballast = np.ones(160 * 2**20)  # 1.25 GiB resident in this process, above a torch child's whole peak
+    edits = {e.file: [] for e in QUADRATIC_STEP}
+    for e in QUADRATIC_STEP:
+        edits[e.file].append((e.old, e.new))
+    cost = {r.check.name: r for r in grade(variant(tmp_path / "q", edits), stages=["kv_cache"])
+            .stages["kv_cache"].checks}["decode_step_cost_linear"]
+    assert not cost.passed and "raised peak memory by" in cost.message, cost.message
+    ok = {r.check.name: r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks}
+    assert ok["decode_step_cost_linear"].passed, ok["decode_step_cost_linear"].message
+    assert ballast[-1] == 1.0
 
 
 # the solution's loop made to read every key block, and what a forger adds before it: the old in-child block

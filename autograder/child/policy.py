@@ -1,7 +1,7 @@
 """The sandbox policy, in one place: what a child may use, and the uid it drops to.
 
 Applied in the child before it loads any student code, whether it was started by subprocess
-(as its preexec step) or forked by the fork server. Standard library only, and importable
+(by child/spawn.py, before exec) or forked by the fork server. Standard library only, and importable
 everywhere: where a limit does not exist (Windows has no `resource`) or the system refuses it
 (macOS refuses an address-space limit), the child goes on without it; `plan` says which, so the
 parent can tell the student once. A hard limit lower than the kit's (a shared server's

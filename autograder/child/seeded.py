@@ -7,7 +7,7 @@ def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 
     """One measured decode step's arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the
     cached keys and values [B, H, L, D] and the new token x [B, 1, C], float64."""
     C = n_heads * d_head
-    rng = np.random.default_rng(seed)
-    qkv_w, out_w = rng.standard_normal((3 * C, C)) / C**0.5, rng.standard_normal((C, C)) / C**0.5
-    k_old, v_old = (rng.standard_normal((batch, n_heads, length, d_head)) for _ in range(2))
-    return qkv_w, out_w, k_old, v_old, rng.standard_normal((batch, 1, C))
+    draw = np.random.default_rng(seed).standard_normal
+    qkv_w, out_w = draw((3 * C, C)) / C**0.5, draw((C, C)) / C**0.5
+    k_old, v_old = (draw((batch, n_heads, length, d_head)) for _ in range(2))
+    return qkv_w, out_w, k_old, v_old, draw((batch, 1, C))

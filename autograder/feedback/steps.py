@@ -59,12 +59,12 @@ def apply_mask(ref, scores, allowed):
 def _attention(ref, q, k, v, allowed) -> list[tuple[str, np.ndarray]]:
     parts = _scores(ref, q, k)
     scaled = parts[-1][1]
-    if allowed is not None:
+    if allowed is None:
+        masked = scaled  # no mask: the scaled scores go straight to the softmax
+    else:
         allowed = np.broadcast_to(np.asarray(allowed, dtype=bool), scaled.shape[-2:])
         masked = np.asarray(ref.apply_mask(scaled, allowed), dtype=F64)
         parts += [*_masks(allowed), ("the masked scores", masked)]
-    else:
-        masked = scaled
     weights = np.asarray(ref.softmax(masked), dtype=F64)
     parts += [*_softmax_parts(masked)[:-1], ("the weights", weights),
               ("the output", weights @ np.asarray(v, dtype=F64))]
@@ -77,8 +77,8 @@ def attention(ref, q, k, v, allowed=None):
 
 def _heads(ref, x, n_heads) -> list[tuple[str, np.ndarray]]:
     x = np.asarray(x, dtype=F64)
-    *lead, n, d_model = x.shape
-    return [("the heads side by side [n, n_heads, d_head]", x.reshape(*lead, n, n_heads, d_model // n_heads)),
+    side_by_side = (*x.shape[:-1], n_heads, x.shape[-1] // n_heads)  # [..., n, n_heads, d_head]
+    return [("the heads side by side [n, n_heads, d_head]", x.reshape(side_by_side)),
             ("the heads [n_heads, n, d_head]", np.asarray(ref.split_heads(x, n_heads), dtype=F64))]
 
 

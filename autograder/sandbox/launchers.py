@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -36,6 +35,7 @@ class Launched:
     reap: Callable[[float | None], int | None]  # exit code (negative: the signal), None while it runs
     forked: bool = False  # by the fork server: its result FIFO reads as ended until the child opens it
     peak_bytes: int | None = None  # once reaped: its peak resident memory, as the kernel counted it
+    status: int | None = None  # once reaped: its exit code
 
 
 def copy_child_files(dest: Path) -> Path:
@@ -167,13 +167,9 @@ def fork_is_safe() -> bool:
     return hasattr(os, "fork") and sys.platform != "darwin" and not os.environ.get("ATTN_NO_FORK")
 
 
-def peak_bytes(rusage) -> int:
-    """ru_maxrss in bytes: the kernel counts kilobytes on Linux, bytes on macOS."""
-    return int(rusage.ru_maxrss) * (1 if sys.platform == "darwin" else 1024)
-
-
 class SubprocessLauncher:
-    """A new interpreter per child: `python -I -B worker.py`, entering the policy before exec. Also what
+    """A new interpreter per child: `python -I -B worker.py`, started by child/spawn.py, which enters the
+    policy before exec and reports the child's peak memory. Also what
     watch and regrade use where forking a warm server is not safe (fork_is_safe): slower, never unsafe."""
 
     forks = False
@@ -185,36 +181,46 @@ class SubprocessLauncher:
                uid: int | None, log) -> Launched:
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
+        st_r, st_w = os.pipe()
         cmd = [*interpreter(), str(worker_py), str(pkg_dir), pkg, str(req_r), str(res_w)]
         isolated = namespaces.available()
         if isolated:  # its own pid space, no network, private /tmp; the uid is dropped inside, after the mounts
             cmd = namespaces.wrap(cmd, scratch, uid, self.hide)
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=(req_r, res_w), cwd=scratch, env=env,
-            start_new_session=True, preexec_fn=lambda: policy.enter(limits, uid, drop=not isolated),  # noqa: PLW1509
-        )
-        os.close(req_r)
-        os.close(res_w)
-        launched = Launched(pid=proc.pid, requests=req_w, results=res_r, reap=lambda t=None: None)
+        # started through child/spawn.py, a small process: the child's peak then counts only itself, never the
+        # pages of this (possibly large) process that a fork copies
+        spec = json.dumps({"limits": limits.as_dict(), "uid": uid, "drop": not isolated})
+        try:
+            proc = subprocess.Popen(
+                [*interpreter(), "-S", str(CHILD_DIR / "spawn.py"), str(st_w), spec, "--", *cmd],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(req_r, res_w, st_w), cwd=scratch, env=env, start_new_session=True,
+            )
+        finally:
+            for fd in (req_r, res_w, st_w):
+                os.close(fd)
+        status = os.fdopen(st_r, "rb")
+        try:
+            pid = json.loads(status.readline() or "{}").get("pid", proc.pid)
+        except ValueError:
+            pid = proc.pid
+        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None)
 
         def reap(timeout: float | None = None) -> int | None:
-            """Wait for the exit (wait4: the kernel's count of its peak memory comes with it)."""
+            """Wait for the exit; spawn.py then reports the child's status and the kernel's count of its peak."""
             if proc.returncode is not None:
-                return proc.returncode
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                try:
-                    pid, status, usage = os.wait4(proc.pid, os.WNOHANG if deadline is not None else 0)
-                except ChildProcessError:
-                    return proc.returncode
-                if pid:
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    launched.peak_bytes = peak_bytes(usage)
-                    return proc.returncode
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.005)
+                return launched.status if launched.status is not None else proc.returncode
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+            try:
+                last = json.loads(status.readline() or "{}")
+            except ValueError:
+                last = {}
+            status.close()
+            launched.peak_bytes = last.get("peak_bytes")
+            launched.status = last.get("status", proc.returncode)
+            return launched.status
 
         launched.reap = reap
         return launched

@@ -129,12 +129,12 @@ def rows_kept_clean(n_q: int, n_k: int, block_q: int, block_k: int, j0: int) -> 
     on: those of the query blocks whose last visible key lies in a key block that ends by `j0` (a block that is
     read is read whole, its hidden part with weights 0, and 0 x NaN is NaN)."""
     kept = 0
-    for i0 in range(0, n_q, block_q):
-        i1 = min(i0 + block_q, n_q)
-        last = n_k - n_q + i1 - 1  # the furthest key any row of this block sees
+    for end in range(block_q, n_q + block_q, block_q):  # the end of each query block
+        end = min(end, n_q)
+        last = n_k - n_q + end - 1  # the furthest key any row of this block sees
         if min(n_k, (last // block_k + 1) * block_k) > j0:
             break
-        kept = i1
+        kept = end
     return kept
 
 
