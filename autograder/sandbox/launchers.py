@@ -200,26 +200,39 @@ class SubprocessLauncher:
                 os.close(fd)
         status = os.fdopen(st_r, "rb")
         try:
-            pid = json.loads(status.readline() or "{}").get("pid", proc.pid)
+            first = json.loads(status.readline() or "{}")
         except ValueError:
-            pid = proc.pid
+            first = {}
+        pid = first.get("pid") if isinstance(first, dict) and isinstance(first.get("pid"), int) else proc.pid
         launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None)
 
         def reap(timeout: float | None = None) -> int | None:
-            """Wait for the exit; spawn.py then reports the child's status and the kernel's count of its peak."""
+            """Wait for the exit; spawn.py then reports the child's status and the kernel's count of its peak.
+            Without a timeout the wait is still bounded: a spawner whose child escaped its group and lives on is
+            ended after 10 s (its report is then lost: the exit code is its own)."""
             if proc.returncode is not None:
                 return launched.status if launched.status is not None else proc.returncode
             try:
-                proc.wait(timeout)
+                proc.wait(10 if timeout is None else timeout)
             except subprocess.TimeoutExpired:
-                return None
+                if timeout is not None:
+                    return None
+                proc.kill()
+                proc.wait()
+            os.set_blocking(status.fileno(), False)  # whatever is there now: a writer that lives on cannot hold us
             try:
-                last = json.loads(status.readline() or "{}")
+                lines = (status.read() or b"").splitlines()
+            except OSError:
+                lines = []
+            status.close()
+            try:  # spawn.py's report is the last line it wrote, after the child was reaped
+                last = json.loads(lines[-1]) if lines else {}
             except ValueError:
                 last = {}
-            status.close()
-            launched.peak_bytes = last.get("peak_bytes")
-            launched.status = last.get("status", proc.returncode)
+            last = last if isinstance(last, dict) else {}
+            peak, code = last.get("peak_bytes"), last.get("status")
+            launched.peak_bytes = peak if isinstance(peak, int) else None
+            launched.status = code if isinstance(code, int) else proc.returncode
             return launched.status
 
         launched.reap = reap
