@@ -23,7 +23,7 @@ def use_color() -> bool:
 
 
 def _grade(args) -> int:
-    from .sandbox.runner import prestart
+    from .sandbox.runner import close_launchers, prestart
 
     named = ",".join(args.stage or [])  # `--stage a,b` and `--stage a --stage b` alike
     stages = [s.strip() for s in named.split(",") if s.strip()] or None
@@ -38,13 +38,11 @@ def _grade(args) -> int:
         found = survey(path)
         sub = found.folder.resolve()
     except (FileNotFoundError, ValueError) as e:
-        for w in workers.values():
-            w.close()
+        close_launchers(workers)
         print(f"error: {e}", file=sys.stderr)
         return 2
     if sub != guess:
-        for w in workers.values():
-            w.close()
+        close_launchers(workers)
         workers = prestart(sub, stages, args.timeout)
     from .grade import grade
     from .report import RENDERERS
@@ -54,14 +52,16 @@ def _grade(args) -> int:
     required = [s.strip() for s in (args.require_pass or "").split(",") if s.strip()]
     unknown = [s for s in [*(stages or []), *required] if s not in BY_NAME]
     if unknown:
-        for w in workers.values():
-            w.close()
+        close_launchers(workers)
         print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(BY_NAME)}", file=sys.stderr)
         return 2
 
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
-    res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
-                pictures=any(r.pictures for r, _ in wanted))
+    try:
+        res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
+                    pictures=any(r.pictures for r, _ in wanted))
+    finally:
+        close_launchers(workers)
     for note in found.notes:
         from .outcomes import plain
 
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                    "and the submission, as the zip does (or set ATTN_SECRET; never pass the secret itself as an argument)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--timeout", type=float, default=10.0)
-    r.add_argument("--fork-server", action="store_true", help="as root: fork every child from one warm server "
-                   "(each under its own uid) instead of giving each its own namespaces; about three times faster")
+    r.add_argument("--fork-server", action="store_true", help="kept for old command lines: as root every "
+                   "child is forked from one warm server (each under its own uid, inside namespaces where they exist)")
     r.add_argument("--trust", action="store_true", help="run the submissions even where nothing separates them "
                    "from your account (not root): only for code you trust")
     r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")

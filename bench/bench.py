@@ -32,6 +32,18 @@ def timed(cmd: list[str], runs: int, cwd: Path = ROOT, env: dict | None = None) 
     return statistics.median(times)
 
 
+def as_student(cmd: list[str]) -> list[str] | None:
+    """`cmd` run as an ordinary user (uid 65534, a home of its own), when this is root and that user can run
+    this interpreter; else None."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    home = Path(tempfile.mkdtemp(prefix="attn-bench-home-"))
+    os.chown(home, 65534, 65534)
+    wrapped = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", f"HOME={home}", *cmd]
+    ok = subprocess.run([*wrapped[:-len(cmd)], PY, "-c", "import numpy"], cwd=ROOT, capture_output=True)
+    return wrapped if ok.returncode == 0 else None
+
+
 def make_batch(folder: Path, n: int) -> None:
     """n submissions: copies of the solutions and of the catalogued mistakes, round robin."""
     from conftest import variant
@@ -125,9 +137,15 @@ def main() -> int:
     row("make grade (solutions, all stages)", timed(grade, args.runs), "import numpy, torch", floor_np_torch, "<= 2x")
     row("make grade STAGE=softmax", timed(grade + ["--stage", "softmax"], args.runs), "import numpy", floor_np,
         "<= 3x and < 1 s")
-    # what the namespace boundary costs a grade (the same grade with ATTN_NO_NAMESPACES=1 is the floor)
+    student = as_student(grade)
+    if student:  # as root: the same grade as an ordinary user, the way a student runs it
+        row("make grade as a student (not root)", timed(student, args.runs), "import numpy, torch",
+            timed(as_student([PY, "-c", "import numpy, torch"]), args.runs), "<= 1.1x")
+    # what the namespace boundary and the run-time guard cost a grade (the same grade without them is the floor)
     plain = {"ATTN_NO_NAMESPACES": "1"}
     row("make grade, in namespaces", timed(grade, args.runs), "same, no namespaces", timed(grade, args.runs, env=plain))
+    row("make grade, run-time guard on", timed(grade, args.runs), "same, ATTN_GUARD=off",
+        timed(grade, args.runs, env={"ATTN_GUARD": "off"}))
 
     from autograder.instructor.build import autograder_zip, gradescope_local
 
@@ -156,7 +174,7 @@ def main() -> int:
                            stderr=subprocess.DEVNULL)
             per_min[jobs] = args.batch / (time.perf_counter() - t0) * 60
         cores = os.cpu_count() or 1
-        t0 = time.perf_counter()  # the same batch on every core, with the fork server instead of namespaces
+        t0 = time.perf_counter()  # the same batch on every core, with the fork server and no namespaces
         subprocess.run([PY, "-m", "autograder", "regrade", str(batch), "--jobs", str(cores), "--trust", "--out",
                         str(tmp / "out-plain")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, env={**os.environ, **plain})
@@ -174,8 +192,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['measure']:<44} {r['seconds']:>9.3f} {r['floor']:>20} {r['floor_seconds']:>8.3f} "
               f"{r['ratio']:>6.2f}  {r['target'] or ''}")
-    print(f"\nregrade of {args.batch} submissions: {throughput['per_minute_1_core']}/min on 1 core, "
-          f"{throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']}); "
+    print(f"\nregrade of {args.batch} submissions (every child in namespaces): {throughput['per_minute_1_core']}/min "
+          f"on 1 core, {throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']}); "
           f"{per_min['plain']:.1f}/min on {cores} cores with the fork server and no namespaces")
     print(f"\n{'make watch: save of':<20} {'its verdict s':>14} {'whole screen s':>15}  targets (median of {watch[0]['saves']})")
     for w in watch:

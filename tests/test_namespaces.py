@@ -53,6 +53,30 @@ def test_the_child_sees_only_its_scratch_and_the_interpreter(tmp_path):
     assert "pid 1" in out and "net True" in out and "venv read-only" in out, out
 
 
+@pytest.mark.parametrize("where", ["/srv", "/opt", "/mnt", str(ROOT / "dist")])
+def test_what_the_child_sees_is_an_allowlist(where, tmp_path):
+    """A folder nobody named to hide (a checkout under /srv, dist/ beside the zip) is not there for the child:
+    its view holds the system's folders, the interpreter and its scratch, nothing else."""
+    import shutil
+
+    base = Path(where)
+    made = not base.exists()
+    try:
+        base.mkdir(exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="attn-unlisted-", dir=base))
+    except OSError:
+        pytest.skip(f"{where} is not writable here")
+    try:
+        (folder / "autograder.secret").write_text("s3cret")
+        code = (f"import os\nprint('exists', os.path.exists({str(folder)!r}))\n"
+                f"print('beside', os.listdir({str(base)!r}) if os.path.isdir({str(base)!r}) else [])\n")
+        p = run_inside(code, tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert "exists False" in p.stdout and folder.name not in p.stdout, p.stdout
+    finally:
+        shutil.rmtree(base if made else folder, ignore_errors=True)
+
+
 def test_temp_space_is_private_capped_and_gone(tmp_path):
     marker = f"attn-fill-{os.getpid()}"
     code = ("import os\n"

@@ -1,12 +1,14 @@
 """Batch regrade: every submission gets a row and a JSON file; a broken one never stops the batch."""
 import csv
 import json
+import os
 import shutil
 
 import pytest
 from conftest import EXERCISES, SOLUTIONS, variant
 
 from autograder.instructor.regrade import regrade
+from autograder.sandbox import namespaces
 from autograder.sandbox.launchers import separate_user_possible
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
@@ -128,3 +130,45 @@ def test_the_fork_server_option_grades_the_same_and_puts_the_modes_back(tmp_path
     rows = [{r["submission"]: r["total"] for r in csv.DictReader(open(out / "summary.csv"))} for out in (fast, safe)]
     assert rows[0] == rows[1] and float(rows[0]["alice"]) > float(rows[0]["carol"])
     assert {p: p.stat().st_mode for p in modes} == modes
+
+
+@pytest.mark.skipif(not separate_user_possible() or not namespaces.available(),
+                    reason="the fork server's namespaces are tested as root, where they exist")
+def test_a_fork_server_child_can_neither_read_dist_nor_reach_the_network(tmp_path, monkeypatch):
+    """FORK_SERVER=1, with the static check and the run-time guard off (the operating system's boundary
+    alone): a submission tries to read a course secret in dist/ and to connect to a listener on the
+    loopback. The fork server and its children share one set of namespaces: neither is there."""
+    import socket
+
+    from conftest import ROOT
+
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+    monkeypatch.setenv("ATTN_GUARD", "off")
+    dist = ROOT / "dist"
+    made = not dist.exists()
+    dist.mkdir(exist_ok=True)
+    secret = dist / f"attn-test-{os.getpid()}.secret"
+    secret.write_text("s3cret")
+    secret.chmod(0o644)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    attack = ("import os, socket\nSEEN = []\n"
+              f"try:\n    SEEN.append(open({str(secret)!r}).read())\nexcept OSError:\n    pass\n"
+              f"try:\n    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), timeout=2).sendall(b'x')\n"
+              "    SEEN.append('net')\nexcept OSError:\n    pass\n"
+              "if SEEN:\n    raise RuntimeError('reached ' + repr(SEEN))\n")
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.move(str(variant(tmp_path / "m", {"softmax.py": [("import numpy as np\n", "import numpy as np\n" + attack)]})),
+                batch / "mallory")
+    try:
+        out = regrade(batch, jobs=1, quiet=True, fork_server=True)
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+        shutil.rmtree(dist) if made else secret.unlink()
+    row = next(csv.DictReader(open(out / "summary.csv")))
+    assert float(row["softmax"]) == 12, json.loads((out / "mallory.json").read_text())["tests"][0]["output"]

@@ -38,22 +38,22 @@ def entries(folder: Path) -> list[Path]:
 _zygote: ForkServer | SubprocessLauncher | None = None  # the batch's fork server, shared by the grading processes
 
 
-def _server(hide: list[Path] = (), isolate: bool = True) -> ForkServer | SubprocessLauncher:
-    """The launcher to use. With `isolate` (namespaces exist, and the instructor did not ask for the fork
-    server), a new interpreter per child inside them, with the batch and its results hidden (the boundary
-    costs the fork server's speed); else the shared fork server while it answers, or one of this process's
-    own (new interpreters where forking is not safe)."""
+def _server(hide: list[Path] = (), fresh: bool = False) -> ForkServer | SubprocessLauncher:
+    """The launcher to use. With `fresh` (an ordinary user with namespaces: every child runs under that one
+    user, so only namespaces of its own separate it from the others), a new interpreter per child inside
+    them; else the shared fork server while it answers, or one of this process's own (inside namespaces
+    where they exist; new interpreters where forking is not safe)."""
     global _zygote
-    if isolate and namespaces.available():
+    if fresh:
         return SubprocessLauncher(hide=list(hide))
     if _zygote is None or not _zygote.alive():
-        _zygote = warm_launcher()
+        _zygote = warm_launcher(isolate=namespaces.available(), hide=list(hide))
         multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
     return _zygote
 
 
 def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = (),
-              isolate: bool = True) -> dict:
+              fresh: bool = False) -> dict:
     """{"results": its results JSON, "html": its report.html, "error": None}, or the error that stopped it.
     Every message names the submission's files as the student handed them in (`masking.py`, not the
     batch's path on the instructor's machine), so the JSON and the page can go back to the student."""
@@ -63,12 +63,12 @@ def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: l
         show(found)
         sub = found.folder
         seed = derive_seed(secret, sub) if secret else seed
-        server = _server(hide, isolate)
+        server = _server(hide, fresh)
         res = grade(sub, seed=seed, timeout=timeout, zygote=server)
         if not server.alive():
             # the server died under this grading (a submission running as the grader's user killed it,
             # maybe one graded beside this one): grade again, so only the culprit loses its points
-            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide, isolate))
+            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide, fresh))
         return {"results": results_json(res, notes=found.notes), "html": render(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         why = f"{type(e).__name__}: {e}".replace(str(path.parent) + os.sep, "")  # the batch's path is the instructor's
@@ -110,25 +110,29 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
             trust: bool = False, fork_server: bool = False) -> Path:
     """Raises Untrusted before running anything where no boundary exists between the submissions and the
-    instructor (no separate uid, no namespaces), unless `trust`. `fork_server` (as root only) forks every
-    child from one warm server under its own uid, without namespaces: about three times the rate, with
-    the reference, solutions, tests, batch and results made root-only for the batch instead."""
+    instructor (no separate uid, no namespaces), unless `trust`. As root, every child is forked from one
+    warm server (numpy and torch imported once) and runs under a uid of its own; where namespaces exist the
+    server and its children are inside one set (no network, a file system that holds none of the batch,
+    the results, the checkout or home), else the reference, solutions, tests, batch and results are made
+    root-only for the batch. An ordinary user with namespaces gets a new interpreter per child, each in
+    namespaces of its own. `fork_server` is kept for the command line: as root it is what happens anyway."""
     folder = Path(folder)
     if not trust and not separate_user_possible() and not namespaces.available():
         raise Untrusted(UNTRUSTED.format(folder=folder))
     if fork_server and not separate_user_possible():
         raise Untrusted("--fork-server (FORK_SERVER=1) needs root and an interpreter other users can run: without "
                         "namespaces, only a uid of its own separates each submission from the others")
-    isolate = namespaces.available() and not fork_server
+    root, namespaced = separate_user_possible(), namespaces.available()
+    fresh = namespaced and not root
     out = Path(out) if out else folder.with_name(folder.name + "-results")
     out.mkdir(parents=True, exist_ok=True)
     subs = entries(folder)
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
     rows = {}
-    locked = {} if isolate else _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
+    locked = {} if namespaced else _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
     try:
-        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, isolate)
+        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh)
     finally:
         for path, mode in locked.items():
             path.chmod(mode)
@@ -151,19 +155,19 @@ def _lock_down(paths: list[Path]) -> dict[Path, int]:
     return modes
 
 
-def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, isolate: bool) -> None:
+def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh: bool) -> None:
     """One process per job (the grader's own work needs a core too, which threads would share under one
     GIL), all sharing one fork server that imports numpy and torch once for the whole batch (one
-    torch-sized process instead of one per core), unless every child gets namespaces of its own."""
+    torch-sized process instead of one per core), unless every child needs namespaces of its own (`fresh`)."""
     global _zygote
     # where forking is not safe (macOS), the grading processes are spawned and start their children anew
     context = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
-    # one fork server for the batch, unless each child gets namespaces of its own (a new interpreter each)
-    _zygote = SubprocessLauncher() if isolate else warm_launcher(lock=context.Lock())
+    hide = [folder.resolve(), out.resolve()]  # no submission sees the others, or the results
+    # one fork server for the batch (in namespaces where they exist), unless each child needs its own
+    _zygote = SubprocessLauncher() if fresh else warm_launcher(context.Lock(), namespaces.available(), hide)
     try:
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            hide = [folder.resolve(), out.resolve()]  # no submission sees the others, or the results
-            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, isolate): p for p in subs}
+            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, fresh): p for p in subs}
             for fut in as_completed(futures):
                 p = futures[fut]
                 try:

@@ -173,6 +173,7 @@ class SubprocessLauncher:
     watch and regrade use where forking a warm server is not safe (fork_is_safe): slower, never unsafe."""
 
     forks = False
+    scratch_root = None  # the children's scratch folders go in the temp folder
 
     def __init__(self, hide: list[Path] = ()) -> None:
         self.hide = list(hide)  # folders a namespaced child must not see, besides home and the checkout
@@ -245,32 +246,57 @@ class SubprocessLauncher:
         pass
 
 
-def warm_launcher(lock=None) -> "ForkServer | SubprocessLauncher":
+def warm_launcher(lock=None, isolate: bool = False, hide: list[Path] = ()) -> "ForkServer | SubprocessLauncher":
     """What a session of many grades (watch, regrade) starts its children with: a fork server where
-    forking is safe, else a new interpreter per child (fork_is_safe)."""
-    return ForkServer(lock) if fork_is_safe() else SubprocessLauncher()
+    forking is safe (inside namespaces with `isolate`), else a new interpreter per child (fork_is_safe)."""
+    return ForkServer(lock, isolate, hide) if fork_is_safe() else SubprocessLauncher(hide)
 
 
 class ForkServer:
     """A fork server (autograder/child/fork_server.py) that has imported numpy and torch once; for batches.
 
     Processes forked after it started may share it when it was given a multiprocessing lock:
-    one request and its reply at a time, whichever process asks."""
+    one request and its reply at a time, whichever process asks. With `wait=False` the constructor returns
+    at once and the first request waits for the server to be ready (make grade: torch loads there while
+    the grader imports its checks)."""
 
     forks = True
 
-    def __init__(self, lock=None) -> None:
+    def __init__(self, lock=None, isolate: bool = False, hide: list[Path] = (), wait: bool = True) -> None:
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("fork_server.py")
         self.home.chmod(0o755)
-        self.proc = subprocess.Popen([*interpreter(), str(script), str(self.home)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, cwd=self.home, env=kept_env(), start_new_session=True)
+        cmd = [*interpreter(), str(script), str(self.home)]
+        self.scratch_root: Path | None = None  # where the children's scratch folders go (None: the temp folder)
+        if isolate:  # one set of namespaces for the server and all it forks: no network, the allowlist view, in
+            # which the children's scratch folders lie inside its home; each child still drops to a uid of its own
+            self.scratch_root = self.home / "grades"
+            self.scratch_root.mkdir(mode=0o711)
+            cmd = namespaces.wrap(cmd, self.home, None, list(hide), pid_namespace=False)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.home,
+                                     env=kept_env(), start_new_session=True)
         self.lock = lock or threading.Lock()
-        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
-            raise RuntimeError("the fork server did not start")
+        self.ready = False  # read on the first request: until then the caller goes on while torch loads there
+        if not wait:
+            return
+        with self.lock:
+            self._await_ready()
+
+    def _await_ready(self) -> None:
+        """Read the server's ready line (under the lock), once."""
+        if self.ready:
+            return
+        try:
+            line = json.loads(self.proc.stdout.readline() or "{}")
+        except (OSError, ValueError):
+            line = {}
+        if not isinstance(line, dict) or line.get("ready") is not True:
+            raise ServerGone("the fork server did not start")
+        self.ready = True
 
     def ask(self, req: dict) -> dict:
         with self.lock:
+            self._await_ready()
             try:
                 self.proc.stdin.write((json.dumps(req) + "\n").encode())
                 self.proc.stdin.flush()

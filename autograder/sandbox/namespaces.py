@@ -1,16 +1,19 @@
 """The operating system's boundary around a child, where Linux offers one: namespaces (util-linux's
-`unshare`, and `setpriv` to drop to the sandbox uid as root; an ordinary user gets a user namespace).
+`unshare`; an ordinary user gets a user namespace), and new_root.py inside them, which builds the view and
+drops to the sandbox uid as root.
 
 Inside, the child has its own pid space (when its first process ends, every process it started ends
 with it: the sweep is complete), no network (an empty network namespace), a private /tmp, /var/tmp
-and /dev/shm (tmpfs with a size cap, gone when the child ends), and the user's home, the grader's
-checkout and any folder the caller names (a batch of submissions, its results) hidden under empty
-tmpfs; only its scratch folder, the interpreter and its packages are put back. Where `unshare` is missing or refused (macOS,
-a container without namespaces) `wrap` is not used and the report says so (sandbox.protections).
+and /dev/shm (tmpfs with a size cap, gone when the child ends), and a file system that is an
+allowlist: the system's software folders and the interpreter with its packages (read-only), its own
+scratch folder, and nothing else (see `spec` and new_root.py). Home, the grader's checkout, dist/, a batch of
+submissions and its results are not hidden one by one: they are simply not there, wherever they lie.
+Where `unshare` is missing or refused (macOS, a container without namespaces) `wrap` is not used and
+the report says so (sandbox.protections).
 """
 import functools
+import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -18,29 +21,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or the autograder's source)
 TMP_SIZE = "256m"  # each private tmpfs (/tmp, /dev/shm, the hidden folders) holds at most this
-HOLD = "/dev/shm/.attn-keep"  # where kept folders wait while the folders above them are hidden
+ROOT_PARENT = "/dev/shm"  # a private tmpfs is mounted here first; the child's new root is made inside it
+NEW_ROOT = ROOT_PARENT + "/.attn-root"
 
 
-def _flags() -> list[str]:
+def _flags(pid_namespace: bool = True) -> list[str]:
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return ["unshare", *user, "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+    pid = ["--pid"] if pid_namespace else []
+    return ["unshare", *user, "--mount", *pid, "--net", "--ipc", "--uts", "--fork", "--kill-child"]
 
 
 @functools.cache
 def available() -> bool:
-    """Whether namespaces can be made here (tried once: a pid, mount and network namespace with a tmpfs)."""
+    """Whether namespaces can be made here: the whole set-up (wrap) tried once, around `true`."""
     if not sys.platform.startswith("linux") or os.environ.get("ATTN_NO_NAMESPACES"):
         return False
-    if not shutil.which("unshare") or (os.geteuid() == 0 and not shutil.which("setpriv")):
+    if not shutil.which("unshare"):
         return False
-    probe = "mount -t tmpfs -o size=1m tmpfs /tmp && mount -t proc proc /proc"
-    try:
-        return subprocess.run([*_flags(), "sh", "-c", probe], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attn-probe-") as scratch:  # the whole set-up, once, around `true`
+        try:
+            return subprocess.run(wrap(["true"], Path(scratch), None), capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # shared software, read-only
+DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
 def _hidden(extra: list[Path]) -> list[str]:
+    """Folders that must stay out of sight even where a system folder holds them (a checkout under /usr/src)."""
     home = Path(os.path.expanduser("~"))
     found = [Path("/tmp"), Path("/var/tmp"), home, ROOT, *extra]
     if os.environ.get("XDG_RUNTIME_DIR"):
@@ -63,28 +75,25 @@ def _kept(scratch: Path) -> list[str]:
     return [found[0], *outer]
 
 
-def script(scratch: Path, uid: int | None, hide: list[Path] = ()) -> str:
-    """The sh script run inside the new namespaces before the child's interpreter (exec "$@")."""
-    hidden, kept = _hidden(list(hide)), _kept(scratch)
-    q = shlex.quote
-    # its own /proc first: the pid namespace's, and what umount reads (even where /proc was hidden outside)
-    lines = ["set -e", "mount --make-rprivate /", "mount -t proc proc /proc",
-             f"mount -t tmpfs -o size={TMP_SIZE},mode=1777 tmpfs /dev/shm", f"mkdir -p {HOLD}"]
-    held = [k for k in kept if any(k == h or k.startswith(h + "/") for h in hidden)]
-    for i, k in enumerate(held):
-        lines += [f"mkdir -p {HOLD}/{i}", f"mount --rbind {q(k)} {HOLD}/{i}"]
-    for h in sorted(hidden, key=len):
-        lines.append(f"mount -t tmpfs -o size={TMP_SIZE},mode=1777 tmpfs {q(h)}")
-    for i, k in enumerate(held):
-        lines += [f"mkdir -p {q(k)}", f"mount --rbind {HOLD}/{i} {q(k)}", f"umount -l {HOLD}/{i}"]
-    for k in kept[1:]:  # the interpreter and its packages: read-only (nothing planted for a later run)
-        lines += [f"mount --bind {q(k)} {q(k)}", f"mount -o remount,bind,ro {q(k)}"]
-    lines += [f"rm -rf {HOLD}", f"cd {q(str(scratch))}"]
-    drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups -- " if uid is not None else ""
-    lines.append(f'exec {drop}"$@"')
-    return "\n".join(lines)
+def _inside(path: str, folders) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
-def wrap(cmd: list[str], scratch: Path, uid: int | None, hide: list[Path] = ()) -> list[str]:
-    """`cmd` run inside new namespaces (see the module docstring), as `uid` when one is given (root)."""
-    return [*_flags(), "sh", "-c", script(scratch, uid, hide), "attn-child", *cmd]
+def spec(scratch: Path, uid: int | None, hide: list[Path] = (), pid_namespace: bool = True) -> dict:
+    """What new_root.py makes visible to the child (see its docstring): an allowlist, nothing else."""
+    system = [d for d in SYSTEM if os.path.lexists(d)]
+    real = [d for d in system if not os.path.islink(d)]
+    hidden = [h for h in _hidden(list(hide)) if _inside(h, real)]  # out of sight even inside a system folder
+    kept = _kept(scratch)
+    kept = [kept[0], *(k for k in kept[1:] if not _inside(k, real) or _inside(k, hidden))]  # others are there
+    proc = "own" if pid_namespace else "hidepid" if os.geteuid() == 0 else "machine"
+    return {"parent": ROOT_PARENT, "root": NEW_ROOT, "tmp_size": TMP_SIZE, "system": real, "hidden": hidden,
+            "links": {d: os.readlink(d) for d in system if os.path.islink(d)}, "kept": kept,
+            "devices": list(DEVICES), "proc": proc, "scratch": str(scratch), "uid": uid}
+
+
+def wrap(cmd: list[str], scratch: Path, uid: int | None, hide: list[Path] = (), pid_namespace: bool = True) -> list[str]:
+    """`cmd` run inside new namespaces (see the module docstring), as `uid` when one is given (root).
+    Without `pid_namespace` (a fork server: the pids it hands back are the parent's) the rest still holds."""
+    setup = [sys.executable, "-I", "-S", "-B", str(Path(__file__).with_name("new_root.py"))]
+    return [*_flags(pid_namespace), *setup, json.dumps(spec(scratch, uid, hide, pid_namespace)), "--", *cmd]

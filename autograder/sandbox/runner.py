@@ -95,7 +95,7 @@ class Worker:
     def start(self) -> None:
         if self.retired:
             raise BudgetSpent("grading stopped: this worker was retired (the grade was cancelled)")
-        self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-", dir=getattr(self.launcher, "scratch_root", None)))
         worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
@@ -376,8 +376,14 @@ def environment_fault(crash: str) -> str:
 
 def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:
     """Start the children now, so their interpreters load numpy (and torch) while the grader
-    imports its checks: the two start-ups overlap instead of adding up."""
+    imports its checks: the start-ups overlap instead of adding up. Where forking is safe the torch side
+    is a fork server (inside namespaces where they exist) that imports torch once: the grading child and
+    every fresh child that measures memory are forks of it, not new interpreters importing torch again.
+    Close the workers' launchers when the grade is done (close_launchers)."""
     def start(kind: str) -> Worker:
+        if kind == "torch" and fork_is_safe():
+            server = ForkServer(isolate=namespaces.available(), wait=False)
+            return Worker(Path(submission).resolve(), timeout=timeout, zygote=server)  # forked on first use
         w = Worker(Path(submission).resolve(), timeout=timeout, reuse_memory=kind == "numpy")
         try:
             w.start()
@@ -397,3 +403,10 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
     if not any(not s.torch for s in known):
         workers.pop("numpy").close()
     return workers
+
+
+def close_launchers(workers: dict) -> None:
+    """End what prestart started: the workers' children and the fork server behind them."""
+    for w in workers.values():
+        w.close()
+        w.launcher.close()
