@@ -163,6 +163,35 @@ def test_decode_cost_holds_in_a_grown_grader(tmp_path):
     assert ballast[-1] == 1.0
 
 
+# armed in the measured decode step: after the answer goes out, stdout's flush (the child's last act) holds the
+# process for longer than the grader waits, so that the kill lands on the process in front of it
+LINGER = ("_sys = typing.sys\n_lock = _sys.modules['_thread'].allocate_lock\n\n\n"
+          "class _Out:\n    def __init__(self, real):\n        self.real, self.armed, self.flushes = real, False, 0\n\n"
+          "    def write(self, text):\n        return self.real.write(text)\n\n"
+          "    def flush(self):\n        self.real.flush()\n        if self.armed:\n            self.flushes += 1\n"
+          "            if self.flushes >= 2:\n                lock = _lock()\n                lock.acquire()\n"
+          "                lock.acquire(timeout=8.0)\n\n\n_OUT = _Out(_sys.stdout)\n_sys.stdout = _OUT\n")
+
+
+def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tmp_path, static_check_off, monkeypatch):
+    """A quadratic decode step that, once measured, keeps its process alive past the grader's wait: killed from
+    outside, the child's peak never reaches the parent (only the process in front of it is reaped). That is a
+    measurement it kept from being read: the check fails, said so, and the stage gets no more than its honest twin."""
+    from autograder.sandbox import runner
+
+    monkeypatch.setattr(runner, "LINGER_S", 3.0)
+    edits = {e.file: [] for e in QUADRATIC_STEP}
+    for e in QUADRATIC_STEP:
+        edits[e.file].append((e.old, e.new))
+    edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n\n" + LINGER),
+                           (MODULE_RETURN, "        if cache is not None and cache.length > 1000:\n"
+                                           "            _OUT.armed = True\n" + MODULE_RETURN)]
+    st = grade(variant(tmp_path, edits), stages=["kv_cache"]).stages["kv_cache"]
+    cost = {r.check.name: r for r in st.checks}["decode_step_cost_linear"]
+    assert not cost.passed and "kept running" in cost.message, cost.message
+    assert st.score <= st.max_score - cost.check.points
+
+
 # the solution's loop made to read every key block, and what a forger adds before it: the old in-child block
 # counter replaced by one that reports the causal count, and the counter's log on its inputs rewritten
 READ_EVERY_BLOCK = ("last_key = offset + i1 - 1 if causal else n_k - 1", "last_key = n_k - 1")

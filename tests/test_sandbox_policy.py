@@ -280,3 +280,23 @@ def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):
     for source in ("def f(x):\n    return vars(x)\n", "def f(vars):\n    return 1\n\n\ndef g(x):\n    return vars(x)\n",
                    "def f(x):\n    open = x\n    return open\n\n\nopen('y')\n"):
         assert [r.what for r in refusals(source, OWN)] == (["vars"] if "vars" in source else ["open"]), source
+
+
+def test_correct_code_a_stranger_wrote_keeps_every_point(tmp_path):
+    """Three correct ways of writing that a blocklist of names used to refuse: an unused `import torch` in a numpy
+    stage (torch loading itself is torch's work, not the student's), fields checked in a loop with getattr and a
+    variable name, and the module's own attribute called `storage`."""
+    sub = variant(tmp_path, {
+        "scaling.py": [("import numpy as np\n", "import numpy as np\nimport torch  # noqa: F401\n")],
+        "kv_cache.py": [("        self.length = 0\n",
+                         "        self.length = 0\n        self.storage = (self.k, self.v)\n"
+                         "        for name in ('k', 'v'):\n            assert getattr(self, name).shape[-2] == max_len\n")]})
+    assert refusals((sub / "kv_cache.py").read_bytes(), OWN) == []
+    res = grade(sub, stages=["scaling", "kv_cache"])
+    for name in ("scaling", "kv_cache"):
+        assert res.stages[name].score == res.stages[name].max_score, [c.message for c in res.stages[name].checks
+                                                                      if not c.passed]
+    # the escapes stay refused: a name built from strings, and storage reached on a tensor
+    assert [r.what for r in refusals("import numpy as np\nG = getattr(np, '__dict' + '__')\n", OWN)] == [
+        "getattr() with an attribute name built from strings"]
+    assert [r.what for r in refusals("def f(x):\n    return x.untyped_storage()\n", OWN)] == [".untyped_storage"]

@@ -120,17 +120,22 @@ class Guard:
         return frame is not None and self.is_trusted(frame.f_code.co_filename)
 
     def student_on_stack(self, frame) -> bool:
-        """Whether the student's code is on the stack, outside any import that trusted code made on top of it
-        (a library importing a part of itself during a student's call does its own work)."""
-        pending = False
+        """Whether the student's code is on the stack, outside any import made on top of it: a library
+        importing a part of itself during a student's call, or an allowed library the student imported
+        loading itself (its module body still initialising: `import torch` in a numpy stage), does its own
+        work. The stack is read from the innermost frame out, so a student frame called back from inside
+        such an import is still found first."""
+        pending = loading = False
         while frame is not None:
             name = frame.f_code.co_filename
             if self.is_machinery(name):
                 pending = True
             elif not self.is_trusted(name):
-                return True
+                return not (pending and loading)
             elif pending:  # an import that trusted code asked for, above any student frame
                 return False
+            elif frame.f_code.co_name == "<module>" and getattr(frame.f_globals.get("__spec__"), "_initializing", False):
+                loading = True  # a module body being imported right now (not a library function called later)
             frame = frame.f_back
         return False
 

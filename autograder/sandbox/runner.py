@@ -67,6 +67,9 @@ def protections(limits: Limits | None = None) -> list[str]:
     return list(_NOTES[key])
 
 
+LINGER_S = 15.0  # how long a measuring child may take to end once its one call is answered (an exit takes < 1 s)
+
+
 class Worker:
     """One child process holding the student's package, started lazily, restarted after a crash.
 
@@ -175,15 +178,15 @@ class Worker:
             value = fresh.call(target, *args, timeout=timeout, **kwargs)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
             fresh.child.requests = -1
-            deadline = time.monotonic() + 5
-            while fresh.child.reap(0.2) is None and time.monotonic() < deadline:
+            deadline = time.monotonic() + LINGER_S
+            while (status := fresh.child.reap(0.2)) is None and time.monotonic() < deadline:
                 pass
-            if fresh.child.peak_bytes is None:  # it would not end by itself: end it (its count survives)
-                try:
-                    os.killpg(fresh.child.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                fresh.child.reap(2)
+            if status is None:
+                # It would not end by itself. Ending it from here cannot give its count back: the kill may
+                # reach only the process in front of it (unshare, the spawner), which is then reaped before
+                # the child's own peak reaches it. A measurement it kept from being read is not a pass.
+                raise StudentCrash(f"after answering, the process that ran this call kept running for "
+                                   f"{LINGER_S:.0f} s instead of ending, so its memory could not be measured")
             return value, fresh.child.peak_bytes
         finally:
             fresh.close()

@@ -99,7 +99,8 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
             refuse(node, f"{node.id}")
         elif isinstance(node, ast.Attribute):
             attr = node.attr
-            if attr in REFUSED_ATTRIBUTES:
+            own = isinstance(node.value, ast.Name) and node.value.id == "self"  # self.storage: the module's own
+            if attr in REFUSED_ATTRIBUTES and not own:
                 refuse(node, f".{attr}")
             elif attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
                 refuse(node, f".{attr}")
@@ -107,8 +108,10 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
             name = node.args[1] if len(node.args) > 1 else None
             if node.func.id in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in libraries:
                 refuse(node, f"{node.func.id}() on {ast.unparse(node.args[0])} (numpy's or torch's own)")
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                refuse(node, f"{node.func.id}() with a computed attribute name")
+            if isinstance(name, (ast.Name, ast.Attribute, ast.Subscript)):
+                pass  # getattr(self, name): a name the code holds, e.g. looping over its own fields
+            elif not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                refuse(node, f"{node.func.id}() with an attribute name built from strings")
             elif name.value in REFUSED_ATTRIBUTES or (name.value.startswith("__") and name.value not in ALLOWED_DUNDERS):
                 refuse(node, f"{node.func.id}(..., {name.value!r})")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
