@@ -56,7 +56,7 @@ autograder: $(VENV)/.student
 		$(if $(HIDDEN_VISIBILITY),--hidden-visibility $(HIDDEN_VISIBILITY)) $(if $(BONUS),--bonus $(BONUS))
 
 gradescope-local: $(VENV)/.student
-	@test -n "$(filter-out exercises,$(SUBMISSION))" || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
+	@test "$(origin SUBMISSION)" != file || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
 	$(PY) -m autograder.instructor.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
 
 .PHONY: regrade

@@ -224,7 +224,11 @@ def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
 def grader_fault(c: Check, error: Exception) -> str:
     """What the student reads for a fault in the kit's own check: not their code, nothing lost, what to report."""
     frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
-    place = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    try:  # the kit's file, named from the kit's root: never to be read as the student's file of the same name
+        where = Path(frame.filename).resolve().relative_to(Path(__file__).resolve().parents[1]) if frame else None
+    except ValueError:
+        where = Path(frame.filename).name
+    place = f" at the kit's {where}:{frame.lineno}" if frame else ""
     return (f"the grader's own check {c.id} failed ({type(error).__name__}: {error}{place}). This is a bug in the "
             f"kit, not in your code, and it costs you no points. Please report it to your course staff with "
             f"this line and the kit version ({KIT_VERSION}).")

@@ -50,7 +50,8 @@ class Edit(NamedTuple):
 class Mistake:
     """A known mistake, named in feedback only when a check's evidence matches it.
 
-    `evidence` says what recognises it: "mistakes:<function>" (attn_ref.mistakes computes the mistaken
+    `evidence` says what recognises it: "mistakes:<function>" (attn_ref.mistakes, or the stage's own reference
+    module in attn_ref, computes the mistaken
     output, compared with the student's) or "check:<check>" (that check of the stage reads it off the
     student's behaviour). `mutant` is the one edit of the solutions that makes it (the tests make it and
     expect this id). `question` opens its hint ladder; `line` is a pattern for the line that makes it."""

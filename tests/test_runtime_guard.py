@@ -309,3 +309,20 @@ def test_an_endless_answer_is_cut_off_without_the_grader_drowning(tmp_path, stat
     sm = res.stages["softmax"]
     assert sm.score == 0
     assert grew < 2 * 256 * 2**20, grew  # at most the cap (bytearray growth), never the whole flood
+
+
+@pytest.mark.skipif(not __import__("autograder.child.no_processes", fromlist=["x"]).supported(),
+                    reason="the seccomp filter exists on Linux x86_64 and aarch64")
+@pytest.mark.parametrize("line", [f"{MODULES}['os'].fork() or {MODULES}['os'].execv('/usr/bin/touch', ['touch', 'MARK'])",
+                                  f"{MODULES}['builtins'].__import__('_socket').socket()"])
+def test_the_kernel_refuses_processes_and_sockets_beneath_the_guard(line, tmp_path, static_check_off, monkeypatch):
+    """With the guard switched off (as if a call had slipped past it: `_posixsubprocess.fork_exec` reports no audit
+    event), the child's seccomp filter still refuses new processes, programs and sockets: no program runs."""
+    monkeypatch.setenv("ATTN_GUARD", "off")
+    mark = tmp_path / "mark"
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, f"    {line.replace('MARK', str(mark))}\n" + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    assert not mark.exists()
+    assert sm.score == 0 and any("Operation not permitted" in r.message for r in sm.checks), \
+        [r.message for r in sm.checks][:2]

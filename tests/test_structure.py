@@ -117,7 +117,8 @@ def test_attn_ref_and_solutions_stay_independent():
 # ---------------------------------------------------------------------------------------- toy --
 # Two stages numbered after every declared one: a bonus stage, then a core stage numbered after it (the
 # reports, the next step and the totals still treat it as core). Each is three files: its stage module
-# (with a mistake, its evidence and mutant, and a probe), its solution and its reference.
+# (with a mistake, its evidence and mutant, and a probe), its solution and its reference (the bonus stage's
+# mistake's evidence beside its reference, in attn_ref/toy.py).
 TOY_N = max(s.number for s in STAGES) + 1
 CORE_N = TOY_N + 1
 TOY_STAGE = f'''"""A toy stage, added by the structure test: doubling an array."""
@@ -134,7 +135,7 @@ STAGE = Stage(
     intro="Double every entry.",
     hints=("Multiply by two.", "x * 2 keeps the shape."),
     mistakes=(Mistake(id="toy-triple", where="toy.py:double", explanation="the entries are tripled",
-                      reread="the docstring of toy.py", evidence="check:doubles_public",
+                      reread="the docstring of toy.py", evidence="mistakes:toy_tripled",
                       mutant=(Edit("toy.py", "np.asarray(x) * 2", "np.asarray(x) * 3"),)),),
     probes=(Probe(name="double", file="toy.py", function="double", args=(X,), expected=lambda r: r.double(X),
                   judge=same_array()),),
@@ -145,7 +146,7 @@ STAGE = Stage(
 def doubles_public(api, ctx):
     """doubles a fixed array"""
     x = np.arange(6.0).reshape(2, 3)
-    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={{"toy-triple": 3 * x}})
+    check_close(api.double(x), ctx.ref.double(x), "double(x)", mistakes={{"toy-triple": ctx.mistakes.toy_tripled(x)}})
 
 
 @STAGE.check(points=1, kind="reference")
@@ -164,12 +165,16 @@ def double(x: np.ndarray) -> np.ndarray:
     return np.asarray(x) * 2
     # END SOLUTION
 '''
-TOY_REFERENCE = '''"""Reference of the toy stage."""
+TOY_REFERENCE = '''"""Reference of the toy stage, and its mistake's evidence beside it."""
 import numpy as np
 
 
 def double(x):
     return np.multiply(x, 2.0)
+
+
+def toy_tripled(x):
+    return np.multiply(x, 3.0)
 '''
 
 TOY_CORE_STAGE = f'''"""A toy core stage, added by the structure test: halving an array."""

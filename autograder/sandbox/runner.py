@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..child import no_processes
 from ..child.policy import Limits, child_memory, plan
 from ..outcomes import BudgetSpent, GraderEnvironment, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import launchers, namespaces
@@ -60,6 +61,9 @@ def protections(limits: Limits | None = None) -> list[str]:
         if not namespaces.available():
             notes.append("no namespaces here (Linux's unshare): children share this machine's /tmp, network and "
                          "process list, and see the files your user can read")
+        if not no_processes.supported():
+            notes.append("no seccomp filter here (Linux on x86_64 or aarch64): new processes and sockets are "
+                         "refused by the run-time guard only")
         if not fork_is_safe():
             notes.append("watch and regrade start a new interpreter per child instead of forking a warm one "
                          "(forking after numpy and torch is not safe here): slower, the same grades")
@@ -115,8 +119,9 @@ class Worker:
         env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         if self.reuse_memory:
             env["ATTN_REUSE_MEMORY"] = "1"
-        if os.environ.get("ATTN_GUARD") == "off":  # the operator's switch, to measure the run-time guard's cost
-            env["ATTN_GUARD"] = "off"
+        for switch in ("ATTN_GUARD", "ATTN_SECCOMP"):  # the operator's switches, to measure what each costs
+            if os.environ.get(switch) == "off":
+                env[switch] = "off"
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)

@@ -99,8 +99,8 @@ def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
             refuse(node, f"{node.id}")
         elif isinstance(node, ast.Attribute):
             attr = node.attr
-            own = isinstance(node.value, ast.Name) and node.value.id == "self"  # self.storage: the module's own
-            if attr in REFUSED_ATTRIBUTES and not own:
+            on_self = isinstance(node.value, ast.Name) and node.value.id == "self"  # self.storage: the module's own
+            if attr in REFUSED_ATTRIBUTES and not on_self:
                 refuse(node, f".{attr}")
             elif attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
                 refuse(node, f".{attr}")
