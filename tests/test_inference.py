@@ -86,6 +86,10 @@ NEW: dict[str, tuple[dict, list[str], str | None, tuple[str, str, str]]] = {
     "cache capacity test off by one": ({"kv_cache.py": [("        if end > self.max_len:\n",
                                                          "        if end >= self.max_len:\n")]}, ["kv_cache"], None,
                                        ("kv_cache.py", "append", "if end >= self.max_len:")),
+    # found by a stranger student: the right contents, handed back at the buffer's full size: no contents name
+    "append hands back the whole buffer": ({"kv_cache.py": [(
+        "        return self.k[:, :, :end], self.v[:, :, :end]  # views, [B, H, length, D]\n",
+        "        return self.k, self.v\n")]}, ["kv_cache"], None, ("kv_cache.py", "append", "return self.k, self.v")),
 }
 
 FAST = [n for n, (_, stages, _, _) in NEW.items() if not {"heads", "kv_cache"} & set(stages)]

@@ -3,7 +3,7 @@ an error contract holds slice by slice, and every path of the module (fused or n
 equals the full forward. Each submission is a copy of the solutions that breaks only that rule."""
 import numpy as np
 import pytest
-from conftest import grade, variant
+from conftest import SOLUTIONS, grade, variant
 
 from autograder.child import invariants
 from autograder.records import INPUTS_RULE
@@ -136,3 +136,20 @@ def test_apply_mask_returning_its_scores_when_nothing_is_masked_fails(tmp_path):
     masking = res.stages["masking"]
     assert masking.score < masking.max_score
     assert any("a new array" in r.message for r in masking.checks if not r.passed)
+
+
+def test_a_cache_kept_outside_its_preallocated_buffers_fails(tmp_path):
+    """Found by a stranger student: an append that grows its own tensors with torch.cat (the preallocated k, v never
+    written) returned the right prefixes and passed. The docstring says k, v are allocated once and append writes at
+    `length`: the buffers must hold what was appended, and the stage fails, saying so."""
+    sub = variant(tmp_path, {"kv_cache.py": [(
+        "        self.k[:, :, self.length : end] = k_new\n        self.v[:, :, self.length : end] = v_new\n"
+        "        self.length = end\n        return self.k[:, :, :end], self.v[:, :, :end]  # views, [B, H, length, D]\n",
+        "        self._k = k_new if self.length == 0 else torch.cat([self._k, k_new], dim=2)\n"
+        "        self._v = v_new if self.length == 0 else torch.cat([self._v, v_new], dim=2)\n"
+        "        self.length = end\n        return self._k, self._v\n")]})
+    st = grade(sub, stages=["kv_cache"]).stages["kv_cache"]
+    bad = {r.check.name: r.message for r in st.checks if not r.passed}
+    assert "append_returns_prefix" in bad and "do not hold them" in bad["append_returns_prefix"], bad
+    ok = grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"]
+    assert ok.score == ok.max_score

@@ -123,6 +123,7 @@ def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, refill, *, pkg):
         written += k_new.shape[-2]
         report["lengths"].append(int(c.length))
         report["returned"].append([k_all, v_all])
+    report["buffers"] = [getattr(c, "k", None), getattr(c, "v", None)]  # what the preallocated k, v hold now
     return report
 
 

@@ -130,8 +130,18 @@ def cache_report(raw, data, refill, max_len: int) -> dict:
         want = [np.concatenate([*(x[j] for x in done), refill[j][..., :room, :]], -2) for j in (0, 1)]
         after = {"length": after.get("length"), "refill": after.get("refill"),
                  "prefix_ok": _is(after["returned"], *want) if after.get("returned") is not None else None}
+    buffers, written = raw.get("buffers"), data[:len(returned)]
+    buffers_ok = None
+    if isinstance(buffers, list) and len(buffers) == 2 and written and not raw.get("error"):
+        n = sum(k.shape[-2] for k, _ in written)
+        shape = (*written[0][0].shape[:2], max_len, written[0][0].shape[-1])
+        buffers_ok = all(np.shape(b) == shape and np.array_equal(np.asarray(b)[..., :n, :],
+                                                                 np.concatenate([x[j] for x in written], -2))
+                         for j, b in enumerate(buffers))
+    sizes = [np.shape(pair[0])[-2] if np.ndim(pair[0]) >= 2 else None for pair in returned
+             if isinstance(pair, (list, tuple)) and len(pair) == 2]  # positions each append handed back
     return {"lengths": list(raw.get("lengths") or []), "prefix_ok": ok, "error": raw.get("error"),
-            "after_error": after}
+            "after_error": after, "buffers_ok": buffers_ok, "sizes": sizes}
 
 
 def probe_cache(api, batch: int, n_heads: int, max_len: int, d_head: int, chunks: list[int]) -> dict:
@@ -153,6 +163,12 @@ def cache_lengths(got, want, ref):
         return (None, f"appending chunks of 3, 1 and 2 positions to an empty cache of max_len 6, which they fill "
                 f"exactly, raised {got['error']} after lengths {lengths}: positions that fit were refused "
                 "(t new positions fit while length + t <= max_len)", r"max_len")
+    if lengths == [0, 3, 4, 6] and got.get("sizes") and got["sizes"] != lengths[1:]:
+        # the right count, handed back at the wrong size (the whole buffer, or the prefix from before the write):
+        # what the cache holds may be right, so no contents claim
+        return (None, f"appending chunks of 3, 1 and 2 positions to an empty cache of max_len 6, `length` read "
+                f"{lengths} as it should, but append handed back k, v of {got['sizes']} positions: it must return "
+                "the filled prefix k[:, :, :length], v[:, :, :length], its own new positions included", r"return\b")
     return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` read "
             f"{lengths} (expected [0, 3, 4, 6]) and the filled part returned equalled what was appended: {ok}")
 

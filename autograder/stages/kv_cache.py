@@ -46,8 +46,9 @@ STAGE = Stage(
                          '.tril(diagonal=0)'),
                 )),
         Mistake(id="cache-missing-new-token", where="module.py:forward",
-                explanation="the new tokens attend to the cache before their own keys and values are appended, so "
-                            "a token never sees itself; append first",
+                explanation="the new tokens attend to the cache as it was before their own keys and values went in, "
+                            "so a token never sees itself: forward attends before appending, or append hands back the "
+                            "prefix from before its own write",
                 reread="Article B, 'What it costs as the sequence grows'",
                 question=ASK,
                 evidence='mistakes:decode_variants',
@@ -115,6 +116,10 @@ def append_returns_prefix(api, ctx):
         bad = r["prefix_ok"].index(False)
         raise Fail(f"after append number {bad + 1}, the returned k, v are not the keys/values appended so far "
                    "(expected k[:, :, :length], v[:, :, :length])")
+    if r["buffers_ok"] is False:
+        raise Fail("after 4 + 1 + 1 + 3 appended positions, the cache's own k and v ([B, H, max_len, D], allocated "
+                   "once) do not hold them in their first 9 positions: append must write k_new, v_new into k and v at "
+                   "position `length`, not keep them elsewhere")
 
 
 @STAGE.check(points=1.5, kind="property", visibility="public",
