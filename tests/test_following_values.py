@@ -165,3 +165,12 @@ def test_the_report_shows_the_values_beside_the_references_up_to_the_parting(tmp
     line = res.located["scaling"].line
     assert "q k^T" in section and f"the values part here, scaling.py:{line}" in section
     assert section.index("<code>raw</code>") < section.index("<code>scaled</code>")
+
+
+def test_q_and_k_swapped_at_the_split_point_at_the_split_not_at_attend(tmp_path):
+    """Found by a stranger student: `k, q, v = ...split(...)` made a `q` that holds the keys. Each array equals some
+    reference step, so it once read as right and the pointer went to attend, which is correct. A variable named
+    after a step (q, k, v) must hold that step: the pointer goes to the split."""
+    split = "        q, k, v = self.qkv(x).split(C, dim=-1)  # each [B, T, C]"
+    loc, text = pointed(tmp_path, {"module.py": [(split, split.replace("q, k, v =", "k, q, v ="))]}, ["heads"])
+    assert (loc.file, loc.function) == ("module.py", "heads_of") and text.startswith("k, q, v = self.qkv(x)")

@@ -134,10 +134,13 @@ def _judge(r: dict, want: list[tuple[str, np.ndarray]]) -> tuple[str, str | None
         return ("wrong", same_shape[0][0]) if same_shape else ("other", None)
     g = _squeezed(value)
     same_shape = [(label, w) for label, w in want if _squeezed(w).shape == g.shape]
-    for label, w in same_shape:
+    # a variable named after a step (q, k, v) must hold that step: a `q` holding the keys is not right
+    name = r.get("name")
+    own = [(label, w) for label, w in same_shape if label == name or label.startswith(f"{name}'s ")]
+    for label, w in own or same_shape:
         if _equal(g, _squeezed(w)):
             return "right", label
-    return ("wrong", same_shape[0][0]) if same_shape else ("other", None)
+    return ("wrong", (own or same_shape)[0][0]) if same_shape else ("other", None)
 
 
 def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe):
