@@ -271,7 +271,11 @@ def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Pat
     if not others and named and sr.stage not in named:  # the evidence names an earlier stage's mistake
         others = [s for s in named if s in unfinished]
     reached = None
-    if not others and not named and all(r.error is None and not r.not_run for r in fails):
+
+    def passed_on_inputs(r) -> bool:  # raised inside a stage that passes on its own: it was handed bad inputs
+        return r.origin is not None and r.origin != sr.stage and r.origin in done and r.origin not in unfinished
+
+    if not others and not named and all((r.error is None or passed_on_inputs(r)) and not r.not_run for r in fails):
         # wrong numbers, and a stage it uses is wrong: blocked by it only if every failing check ran its code
         reached = set.intersection(*(reached_stages(submission, r.called) for r in fails))
         others = [d for d in BY_NAME[sr.stage].calls if d in unfinished and d in reached]

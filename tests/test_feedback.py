@@ -113,3 +113,13 @@ def test_a_syntax_error_is_named_as_one_not_as_a_wrong_value(tmp_path):
     res = grade(sub, stages=["softmax"])
     assert "raises IndentationError" in res.next_step and "own output is wrong" not in res.next_step, res.next_step
     assert "softmax.py:" in res.next_step
+
+
+def test_an_error_raised_in_a_passing_stage_blames_the_stage_that_fed_it(tmp_path):
+    """Found by a stranger student: an inverted mask makes softmax (correct, passing) raise on a row with nothing
+    allowed when heads calls it through masking. heads is blocked by masking, not failed on its own."""
+    sub = variant(tmp_path, {"masking.py": [("    return np.where(allowed, scores, -np.inf)",
+                                             "    return np.where(allowed, -np.inf, scores)")]})
+    res = grade(sub, stages=["softmax", "masking", "heads"])
+    assert res.stages["softmax"].status == "passed" and res.stages["masking"].status == "failed"
+    assert res.stages["heads"].status == "blocked" and res.stages["heads"].blocked_by == "masking"
