@@ -102,6 +102,17 @@ def test_defaults_are_read_from_the_source(tmp_path):
     assert defaults and not defaults[0].passed and "rebound" in defaults[0].message
 
 
+def test_defaults_a_decorator_changes_at_run_time_fail(tmp_path):
+    """Found by a stranger attacker: the def says causal=True, a decorator's wrapper makes a call without arguments
+    non-causal. The call made with the defaults must behave as the source says."""
+    head = "def fused_attention(\n"
+    wrapper = ("def _runtime_defaults(f):\n    def wrapper(q, k, v, causal=False, dropout_p=0.0, training=False):\n"
+               "        return f(q, k, v, causal, dropout_p, training)\n    return wrapper\n\n\n@_runtime_defaults\n")
+    res = grade(variant(tmp_path, {"fused.py": [(head, wrapper + head)]}), stages=["fused"])
+    defaults = [r for r in res.stages["fused"].checks if r.check.name == "keeps_the_defaults"][0]
+    assert not defaults.passed and "with its defaults" in defaults.message, defaults.message
+
+
 def test_public_checks_draw_from_the_grading_seed_where_the_reference_is():
     """On the autograder no input is the one the release's fixtures answer: public checks use the grading
     seed there, and seed 0 only where their answers come from the fixtures (the student repo)."""

@@ -214,6 +214,12 @@ def fused_attention(q, k, v, causal=True, *, pkg):
         return invariants.call(_mod(pkg, "fused").fused_attention, _t(q), _t(k), _t(v), causal=causal)
 
 
+def fused_with_defaults(q, k, v, *, pkg):
+    """fused_attention(q, k, v): every optional argument left to the function's own defaults."""
+    with torch.no_grad():
+        return invariants.call(_mod(pkg, "fused").fused_attention, _t(q), _t(k), _t(v))
+
+
 def fused_probe(q, k, v, causal=True, dropout_p=0.0, training=False, seed=0, *, pkg):
     """Run the student's fused_attention under a spy: output and the recorded SDPA calls."""
     fa = _mod(pkg, "fused").fused_attention

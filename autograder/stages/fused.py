@@ -18,6 +18,7 @@ STAGE = Stage(
         Function(name="fused_attention", target="driver:fused_attention", reference="api:fused_attention",
                  reads=("fused.py",)),
         Function(name="fused_probe", target="driver:fused_probe", reads=("fused.py",)),
+        Function(name="fused_with_defaults", target="driver:fused_with_defaults", reads=("fused.py",)),
         Function(name="module_fused_probe", target="driver:module_fused_probe", reads=("module.py",)),
         Function(name="module_fused_decode", target="driver:module_fused_decode", reads=("module.py", "kv_cache.py")),
         Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",)),
@@ -276,7 +277,10 @@ def no_quadratic_memory(api, ctx):
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
 def keeps_the_defaults(api, ctx):
     """the functions keep the default argument values of their stubs' signatures"""
-    # a stub's defaults earn nothing: the stage must work first
-    ones = np.ones((1, 1, 2, 2), np.float32)
-    written = api.fused_attention(ones, ones, ones)
+    # a stub's defaults earn nothing: the stage must work first. The defaults are read from the source, and the
+    # call made without them must behave as they say (a decorator could change them at run time)
+    q, k, v = _qkv(ctx.rng("fused-defaults"), 1, 2, 4, 4, 4)
+    written = api.fused_with_defaults(q, k, v)
     expect_defaults(api, {"fused:fused_attention": {"causal": "True", "dropout_p": "0.0", "training": "False"}}, written)
+    check_close(written, ctx.ref.fused_attention(q, k, v, True), "fused_attention(q, k, v) with its defaults",
+                inputs=shape_str(q))
