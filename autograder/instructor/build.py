@@ -137,6 +137,11 @@ your cache.
 
 {STATIC_RULE}, with the line and this rule in the report. Only the stage modules in the table
 above are graded: any other `.py` file is ignored (the report names it), so keep helpers inside them.
+Beneath that rule, on Linux, the system itself refuses your code new processes, other programs and
+network sockets (a seccomp filter), and shows it only its own scratch folder and the interpreter.
+Memory costs (the fused call, the KV cache's decode step, the tiled loop) are read from outside the
+process that ran your call, once it has ended: a process that keeps running after answering cannot
+be measured, and that check fails.
 
 ## Supported systems
 
