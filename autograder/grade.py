@@ -393,7 +393,8 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
-    ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in SUBMISSION_FILES)
+    # files that are not stage modules (exercises/__init__.py is the kit's own package marker: not worth a line)
+    ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in (*SUBMISSION_FILES, "__init__.py"))
     res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
                   located=located, files={n: h for n, h in snap.sha256.items() if n in SUBMISSION_FILES})
     res.next_step = next_step(res)  # after localisation: the pointer is part of the step

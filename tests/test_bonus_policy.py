@@ -30,6 +30,8 @@ def test_gradescope_score_is_its_tests_sum_and_classrooms_total(graded, policy):
         assert sum(t["score"] for r in classroom.values() for t in r["tests"]) == pytest.approx(expected), name
     full = results_json(graded["solutions"], bonus_policy=policy)
     assert full["score"] == CORE_POINTS + (BONUS_POINTS if policy == "folded" else 0)
+    # the total the student reads is the score (found by a stranger TA: folded, the text said 91/100 beside a 127)
+    assert full["output"].startswith(f"**{full['score']:g}/{CORE_POINTS + (BONUS_POINTS if policy == 'folded' else 0):g}**")
     assert graded["zero-mask"].score < CORE_POINTS
 
 

@@ -144,3 +144,17 @@ def test_no_failed_stage_shows_full_points_locally(student_repo, tmp_path):
     for mistake, stages in found.items():
         first = MUTANTS[mistake][1][0]
         assert stages[first][0] != "passed" and stages[first][1] < stages[first][2], (mistake, stages[first])
+
+
+def test_pip_install_dot_in_the_release_installs_its_grader(student_repo, tmp_path):
+    """Found by a stranger TA: both READMEs tell notebook students to `pip install .` in the student repo, which
+    had no pyproject.toml. It has one now: the wheel it builds holds the public grader and its fixtures, no
+    reference and no instructor code."""
+    import zipfile
+
+    from autograder.instructor.build import kit_wheel
+
+    wheel = kit_wheel(tmp_path / "wheel", source=student_repo)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "autograder/fixtures.json" in names and "autograder/cli.py" in names
+    assert not any(n.startswith(("attn_ref/", "autograder/instructor/")) for n in names)

@@ -252,6 +252,7 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
 
     save(record_fixtures(), out / "autograder" / "fixtures.json")
     shutil.copy2(ROOT / "requirements-student.txt", out / "requirements-student.txt")
+    shutil.copy2(ROOT / "pyproject.toml", out / "pyproject.toml")  # `pip install .` there: the public grader
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme())

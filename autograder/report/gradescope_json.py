@@ -59,13 +59,18 @@ def check_output(r: CheckResult, sr: StageResult) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def summary(res: Results, notes: list[str] = ()) -> str:
-    """The top-level output in Markdown: the total, the stage table, notes on the upload, the next step."""
+def summary(res: Results, notes: list[str] = (), bonus_policy: str = DEFAULT_BONUS_POLICY) -> str:
+    """The top-level output in Markdown: the total (as the score counts it under `bonus_policy`), the stage
+    table, notes on the upload, the next step."""
     rows = [f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | {sr.score:g}/{sr.max_score:g} | "
             f"{STATUS_WORD[sr.status]}{f' by {sr.blocked_by}' if sr.blocked_by else ''} |"
             for s in SHOWN_ORDER if (sr := res.stages.get(s.name))]
-    total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
-                                                      "apart from the core points)" if res.bonus_max_score else "")
+    if bonus_policy == "folded" and res.bonus_max_score:
+        total = (f"**{res.score + res.bonus_score:g}/{res.max_score + res.bonus_max_score:g}** (core "
+                 f"{res.score:g}/{res.max_score:g} and bonus {res.bonus_score:g}/{res.bonus_max_score:g} together)")
+    else:
+        total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
+                                                          "apart from the core points)" if res.bonus_max_score else "")
     parts = [total, "| # | stage | points | status |\n|---|---|---|---|\n" + "\n".join(rows)]
     if notes:
         parts.append("\n".join(f"- {md_text(n)}" for n in notes))
@@ -107,7 +112,7 @@ def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILIT
     return {
         "score": res.score + (res.bonus_score if bonus_policy == "folded" else 0.0),
         "execution_time": round(res.seconds, 3),
-        "output": summary(res, notes),
+        "output": summary(res, notes, bonus_policy),
         "output_format": "md",
         "test_output_format": "md",
         "visibility": "visible",  # each test sets its own; the summary is always shown
