@@ -174,3 +174,11 @@ def test_q_and_k_swapped_at_the_split_point_at_the_split_not_at_attend(tmp_path)
     split = "        q, k, v = self.qkv(x).split(C, dim=-1)  # each [B, T, C]"
     loc, text = pointed(tmp_path, {"module.py": [(split, split.replace("q, k, v =", "k, q, v ="))]}, ["heads"])
     assert (loc.file, loc.function) == ("module.py", "heads_of") and text.startswith("k, q, v = self.qkv(x)")
+
+
+def test_a_zero_where_minus_infinity_belongs_points_at_apply_mask(tmp_path):
+    """Found by a stranger TA: a 0 where the mask must put -inf was read as equal to -inf (the tolerance of an
+    infinite expected value is infinite), so apply_mask's probe passed and the pointer went to its caller."""
+    loc, text = pointed(tmp_path, {"masking.py": [("    return np.where(allowed, scores, -np.inf)",
+                                                   "    return np.where(allowed, scores, 0.0)")]}, ["masking"])
+    assert (loc.file, loc.function) == ("masking.py", "apply_mask") and text == "return np.where(allowed, scores, 0.0)"
