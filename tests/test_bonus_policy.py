@@ -93,3 +93,19 @@ def test_an_apart_bonus_cell_is_worth_nothing_and_returns_nothing():
                 assert meta["points"] == 0 and last.startswith("print(") and "apart" in last
             else:
                 assert meta["points"] == stage.points and last == "score"
+
+
+def test_a_folded_release_totals_as_the_autograder_does(tmp_path):
+    """Found by a stranger TA: `make release BONUS=folded` changed only the Classroom workflow, so the student's
+    `make grade` still said the bonus was apart while Gradescope and Classroom counted it. The release carries
+    the policy: its README says so, and its `make grade` prints the total with the bonus in."""
+    import subprocess
+    import sys
+
+    from autograder.instructor.build import release
+
+    repo = release(tmp_path / "student", bonus_policy="folded")
+    assert f"out of {CORE_POINTS + BONUS_POINTS}" in (repo / "README.md").read_text()
+    out = subprocess.run([sys.executable, "-m", "autograder", "grade", "--stage", "softmax,costs"], cwd=repo,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert "with bonus" in out and "apart from the core points" not in out, out

@@ -61,7 +61,7 @@ def record_fixtures() -> dict:
     return store
 
 
-def student_readme() -> str:
+def student_readme(bonus_policy: str = DEFAULT_BONUS_POLICY) -> str:
     """The student repo's README: the commands, the stages and their files, and every kit-wide rule
     the grader enforces (the rules a check names are written here word for word)."""
     sharing = {f: [s for s in STAGES if f in s.files] for f in SUBMISSION_FILES}
@@ -91,7 +91,7 @@ stage may be written in more than one file ({shared}):
 
 {student_table()}
 
-{student_totals()}
+{student_totals(bonus_policy)}
 
 ## The capstone
 
@@ -255,7 +255,9 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
     shutil.copy2(ROOT / "pyproject.toml", out / "pyproject.toml")  # `pip install .` there: the public grader
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
-    (out / "README.md").write_text(student_readme())
+    (out / "README.md").write_text(student_readme(bonus_policy))
+    (out / "autograder" / "policy.py").write_text(
+        (GRADER / "policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n"

@@ -43,7 +43,11 @@ def student_table() -> str:
     return f"| # | stage | files | points |\n|---|---|---|---|\n{rows}"
 
 
-def student_totals() -> str:
+def student_totals(bonus_policy: str = "apart") -> str:
+    if bonus_policy == "folded":
+        return (f"The core stages ({numbers(CORE, ' to ')}) make {CORE_POINTS} points; your course counts the bonus "
+                f"stages ({numbers(BONUS, ' to ')}, {BONUS_POINTS} points) in the total too, out of "
+                f"{CORE_POINTS + BONUS_POINTS}, and `make grade` totals them so.")
     return (f"The core stages ({numbers(CORE, ' to ')}) make {CORE_POINTS} points; the bonus stages "
             f"({numbers(BONUS, ' to ')}) are graded apart.")
 

@@ -2,6 +2,7 @@
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..feedback.sources import rel
 from ..outcomes import plain
+from ..policy import BONUS as BONUS_POLICY
 from ..results import Results, StageResult, StageStatus
 from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
 
@@ -32,7 +33,12 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     bonus = [s for s in SHOWN_ORDER if s.name in res.stages and s.bonus]
     if core:
         lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
-    if bonus:
+    if bonus and BONUS_POLICY == "folded":  # the course counts them: the total the autograder gives
+        lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}")
+        lines.append(f"      {'with bonus':<13} "
+                     f"{_num(res.score + res.bonus_score) + '/' + _num(res.max_score + res.bonus_max_score):>11}"
+                     "  (your course counts the bonus stages in the total)")
+    elif bonus:
         lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
                      "  (apart from the core points)")
     twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
