@@ -256,8 +256,8 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme(bonus_policy))
-    (out / "autograder" / "policy.py").write_text(
-        (GRADER / "policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
+    (out / "autograder" / "report" / "policy.py").write_text(
+        (GRADER / "report" / "policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n"

@@ -2,9 +2,9 @@
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..feedback.sources import rel
 from ..outcomes import plain
-from ..policy import BONUS as BONUS_POLICY
 from ..results import Results, StageResult, StageStatus
 from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
+from .policy import BONUS as BONUS_POLICY
 
 
 def _plain(code: str, text: str) -> str:
