@@ -38,7 +38,7 @@ test: $(VENV)/.instructor lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
 
 test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (tests/conftest.py)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" -n 4 tests
 
 lint: $(VENV)/.dev  ## ruff, configured in ruff.toml
 	$(VENV)/bin/ruff check .
