@@ -200,3 +200,37 @@ def test_head_scores_find_a_previous_token_and_an_induction_pattern():
     assert scores[(0, 0)] == (1.0, 0.0) and scores[(1, 1)] == (1.0, 0.0)
     assert scores[(0, 1)][1] == 1.0 and scores[(1, 0)][1] == 1.0
     assert re.fullmatch(r"[\d.]+", f"{scores[(0, 1)][0]:.2f}")
+
+
+@pytest.mark.parametrize("edit,said", [
+    (("        return scores.softmax(dim=-1) @ v", "        return scores.detach().softmax(dim=-1) @ v"),
+     "no gradient reaches the q and k rows"),
+    (("        return scores.softmax(dim=-1) @ v",
+      "        w = scores.softmax(dim=-1)\n        w.masked_fill_(~allowed, 0.0)\n        return w @ v"),
+     "one training step through your CausalSelfAttention failed")])
+def test_a_module_that_cannot_learn_is_refused_before_training(edit, said, tmp_path):
+    """Found by a stranger student: scores detached from autograd, or the softmax's output changed in place, pass
+    every graded check (they run without gradients). The first trained a useless model and advised more steps,
+    the second ended in a traceback from loss.backward(). One training step is tried first, and said in words."""
+    from autograder.capstone.run import trainable
+
+    sub = shutil.copytree(SOLUTIONS, tmp_path / "sub")
+    source = (sub / "module.py").read_text()
+    assert edit[0] in source
+    (sub / "module.py").write_text(source.replace(edit[0], edit[1]))
+    attention_cls, _ = load_student(sub)
+    task = Task()
+    why = trainable(Decoder(Config(vocab=task.vocab, n_ctx=2 * task.max_len), attention_cls), task)
+    assert why is not None and said in why, why
+    good, _ = load_student(SOLUTIONS)
+    assert trainable(Decoder(Config(vocab=task.vocab, n_ctx=2 * task.max_len), good), task) is None
+
+
+def test_steps_below_one_and_an_unreachable_download_are_said_in_words(repo, tmp_path):
+    p = make(repo, f"SUBMISSION={SOLUTIONS}", "STEPS=0")
+    assert p.returncode != 0 and "at least one training step" in p.stdout + p.stderr, p.stdout + p.stderr
+    target = tmp_path / "gpt2"
+    p = make(repo, f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={target}")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "could not be downloaded" in out and "Traceback" not in out, out
+    assert not target.exists()

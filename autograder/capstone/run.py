@@ -32,16 +32,55 @@ def gate(submission: Path) -> bool:
     return False
 
 
-def speeds(model, prompt: torch.Tensor, kv_cache_cls, lengths=LENGTHS) -> list[tuple[int, float, float, bool]]:
-    """(new tokens, tok/s with the student's cache, tok/s without, the same tokens?) for each length."""
+def speeds(model, prompt: torch.Tensor, kv_cache_cls, lengths=LENGTHS, runs: int = 3) -> list[tuple[int, float, float, bool]]:
+    """(new tokens, tok/s with the student's cache, tok/s without, the same tokens?) for each length: after one
+    warm-up of each, the median of `runs` timings, taken in turns (a busy machine slows both alike)."""
+    import statistics
+
     from .model import generate
 
+    generate(model, prompt, 2, kv_cache_cls)
+    generate(model, prompt, 2)
     rows = []
     for n in lengths:
-        cached, t_cached = generate(model, prompt, n, kv_cache_cls)
-        full, t_full = generate(model, prompt, n)
-        rows.append((n, n / t_cached, n / t_full, bool(torch.equal(cached, full))))
+        t_c, t_f = [], []
+        for _ in range(runs):
+            cached, t = generate(model, prompt, n, kv_cache_cls)
+            t_c.append(t)
+            full, t = generate(model, prompt, n)
+            t_f.append(t)
+        rows.append((n, n / statistics.median(t_c), n / statistics.median(t_f), bool(torch.equal(cached, full))))
     return rows
+
+
+def trainable(model, task) -> str | None:
+    """None when one training step through the student's attention works and reaches every attention layer's
+    qkv weights; else what is wrong, in words. Checked before training: a module that detaches its scores, or
+    changes in place a tensor autograd needs, passes every graded check (they run without gradients) but
+    cannot learn, and training it would only end in a poor score or a traceback."""
+    from .induction import batch
+    from .model import cross_entropy
+
+    ids, _, weight = batch(task, 4, torch.Generator().manual_seed(0))
+    model.train()
+    model.zero_grad(set_to_none=True)
+    try:
+        logits = model(ids[:, :-1])
+        cross_entropy(logits, ids[:, 1:], weight[:, :-1]).backward()
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        return (f"one training step through your CausalSelfAttention failed: {first}. The graded checks run without "
+                "gradients; training needs them: look in exercises/module.py for a tensor changed in place "
+                "(masked_fill_, +=, an index assignment) after autograd used it, and use the out-of-place form")
+    dead = [i for i, b in enumerate(model.blocks)
+            if b.attn.qkv.weight.grad is None or not bool(b.attn.qkv.weight.grad[: 2 * model.cfg.d_model].abs().sum())]
+    model.zero_grad(set_to_none=True)
+    if dead:
+        return ("no gradient reaches the q and k rows of qkv's weight in your CausalSelfAttention (layer "
+                f"{', '.join(map(str, dead))}): something in exercises/module.py cuts the scores off from autograd "
+                "(.detach(), torch.no_grad(), .numpy() or .item() and back). The graded checks run without gradients, "
+                "so they cannot see it; no number of training steps helps until it is gone")
+    return None
 
 
 def print_speeds(rows) -> None:
@@ -81,6 +120,10 @@ def toy(args) -> int:
     task = Task()
     torch.manual_seed(args.seed)
     model = Decoder(Config(vocab=task.vocab, n_ctx=task.max_len + max(LENGTHS)), attention_cls)
+    why = trainable(model, task)
+    if why:
+        print(why)
+        return 1
     print(f"training a {model.cfg.n_layers}-layer decoder (d_model {model.cfg.d_model}, {model.cfg.n_heads} heads) "
           f"built from your CausalSelfAttention to copy a repeated random sequence ({args.steps} steps, seed {args.seed})")
     t0 = time.monotonic()
@@ -138,7 +181,16 @@ def gpt2(args) -> int:
         if args.no_download:
             print(f"error: no {folder / 'model.safetensors'} (download it from {g.URL}model.safetensors)", file=sys.stderr)
             return 2
-        g.download(folder)
+        try:
+            g.download(folder)
+        except OSError as e:  # no network, a proxy, a refused address: the folder is what the command needs
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+            reason = getattr(e, "reason", None) or e
+            print(f"error: GPT-2's files could not be downloaded ({reason}). Put {', '.join(g.FILES)} from {g.URL} "
+                  f"into {folder} (or name another folder: make capstone MODEL=gpt2 GPT2_DIR=...) and run again.",
+                  file=sys.stderr)
+            return 2
     attention_cls, kv_cache_cls = load_student(args.submission)
     w = g.gpt2_weights(folder / "model.safetensors")
     cfg = g.config_of(w, g.heads_from_config(folder))
@@ -171,6 +223,9 @@ def gpt2(args) -> int:
 
 def main(args) -> int:
     args.submission = Path(args.submission)
+    if args.model != "gpt2" and args.steps < 1:
+        print(f"error: STEPS={args.steps}: the model needs at least one training step (300 by default)", file=sys.stderr)
+        return 2
     if not gate(args.submission):
         return 1
     return gpt2(args) if args.model == "gpt2" else toy(args)
