@@ -37,6 +37,7 @@ from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResul
 from .sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
 from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
+from .stages.common import start_measurements
 from .stages.fixtures import Replayer, load
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
@@ -354,6 +355,9 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                     for name in names:
                         found[name] = none_run(name, why, Failure.NO_TORCH)
                     return
+            for name in names:  # measurements in fresh children start now, beside the checks that follow
+                if not any(problem(submission / f) for f in BY_NAME[name].files):
+                    start_measurements(api, BY_NAME[name])
             environment = None
             for name in names:
                 if environment:  # the child cannot start: the stages after it are not run either
@@ -377,6 +381,9 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                 if name not in found:
                     found[name] = none_run(name, f"not run: the grading run broke ({e}); grade again", Failure.HARNESS)
         finally:
+            end = getattr(worker, "end_measurements", None)
+            if end:
+                end()
             worker.close()
 
     threads = [threading.Thread(target=run_group, args=(g, i == 1)) for i, g in enumerate(groups)

@@ -24,7 +24,7 @@ def score_variance(d_k: int, n_pairs: int = 20000, seed: int = 0, scaled: bool =
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]
     k = rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]
-    dots = np.sum(q * k, axis=-1)  # [n_pairs]
+    dots = np.einsum("nd,nd->n", q, k)  # [n_pairs]: one dot product per row, no [n_pairs, d_k] product array
     if scaled:
         dots = dots / np.sqrt(d_k)
     return float(np.var(dots))

@@ -2,7 +2,7 @@
 `typing.sys.modules`, a builtin taken from `builtins`) is stopped when it runs, with the rule; correct code,
 and the imports numpy and torch make for themselves, keep every point."""
 import pytest
-from conftest import SOLUTIONS, grade, variant
+from conftest import SOLUTIONS, grade, survivors, variant
 
 from autograder.stages import CATALOGUE
 
@@ -326,3 +326,45 @@ def test_the_kernel_refuses_processes_and_sockets_beneath_the_guard(line, tmp_pa
     assert not mark.exists()
     assert sm.score == 0 and any("Operation not permitted" in r.message for r in sm.checks), \
         [r.message for r in sm.checks][:2]
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="lists processes through /proc")
+def test_a_child_that_could_start_processes_is_swept_and_a_sealed_one_says_so_first(tmp_path, static_check_off,
+                                                                                      monkeypatch):
+    """A child tells the grader, before any of the submission runs, whether the seccomp filter is in force: a
+    sealed child can start no process, so ending its own process group is the whole clean-up. Without the filter
+    (and without the guard or namespaces) a process it leaves in a session of its own is still found and ended."""
+    import numpy as np
+
+    from autograder.child import no_processes
+    from autograder.sandbox import namespaces
+    from autograder.sandbox.runner import Worker
+
+    marker = "27.18281"
+    orphan = (f"    _os = {MODULES}['os']\n    if _os.fork() == 0:\n        _os.setsid()\n"
+              f"        _os.execv('/bin/sleep', ['sleep', '{marker}'])\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, orphan + SOFTMAX_BODY)]})
+    monkeypatch.setenv("ATTN_GUARD", "off")
+    monkeypatch.setattr(namespaces, "available", lambda: False)  # no pid namespace to end it for us
+    sealed = Worker(sub)
+    try:
+        with pytest.raises(Exception, match="Operation not permitted") if no_processes.supported() else \
+                __import__("contextlib").nullcontext():
+            sealed.call("softmax:softmax", np.zeros((2, 3)))
+        assert sealed._sealed is no_processes.supported()
+    finally:
+        sealed.close()
+    monkeypatch.setenv("ATTN_SECCOMP", "off")
+    open_child = Worker(sub)
+    try:
+        open_child.call("softmax:softmax", np.zeros((2, 3)))
+        assert open_child._sealed is False
+        for _ in range(100):  # its exec may come a moment after the call returned
+            if survivors(marker):
+                break
+            __import__("time").sleep(0.1)
+        assert survivors(marker), "the submission's process should be running before the clean-up"
+    finally:
+        open_child.close()
+    assert survivors(marker) == []

@@ -239,11 +239,13 @@ def test_the_zips_secret_is_kept_beside_it_for_a_regrade(tmp_path, monkeypatch):
     assert seed == derive_seed("a-new-secret", batch / "alice") != derive_seed(zipped, batch / "alice")
 
 
-def test_the_baselines_are_kept_only_on_a_students_own_machine(monkeypatch, tmp_path):
-    """Between runs of `make grade` a student's machine keeps the baseline children's peaks (one torch start less
-    per measurement); as root (the autograder, a regrade) every grading process measures its own."""
+def test_the_baselines_are_kept_only_where_no_child_can_rewrite_them(monkeypatch, tmp_path):
+    """Between runs of `make grade` the baseline children's peaks are kept (one torch start less per
+    measurement), per key, interpreter and driver code; as root they are kept only where the children run under
+    a user of their own or in namespaces (else a child, being root too, could rewrite its own baseline)."""
     import os
 
+    from autograder.sandbox import launchers, namespaces
     from autograder.stages import common
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -253,7 +255,43 @@ def test_the_baselines_are_kept_only_on_a_students_own_machine(monkeypatch, tmp_
     assert common._saved_baseline(("sdpa-peak", True, (8192, 32))) is None
     assert common._saved_baseline(("decode-peak", False, (8192, 32))) is None
     monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(launchers, "separate_user_possible", lambda: False)
+    monkeypatch.setattr(namespaces, "available", lambda: False)
     assert common._baseline_file(("sdpa-peak", False, (8192, 32))) is None
+    monkeypatch.setattr(launchers, "separate_user_possible", lambda: True)
+    assert common._baseline_file(("sdpa-peak", False, (8192, 32))) is not None
+
+
+def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
+    """A stage's declared measurements start as soon as its child is ready, each in a fresh child of its own:
+    the check that asks for one takes that child's result (no second child), and one that no check took is ended
+    with the grade instead of outliving it."""
+    from autograder.sandbox.runner import Worker
+    from autograder.stages import FUNCTIONS
+
+    fn = FUNCTIONS["tiled_memory_run"]
+    w = Worker(SOLUTIONS, reuse_memory=True)
+    launched = []
+    real = w.launcher.launch
+    w.launcher.launch = lambda *a, **k: launched.append(a) or real(*a, **k)
+    try:
+        w.measure_soon(fn.target, *fn.measured, timeout=60)
+        value, peak = w.measure(fn.target, *fn.measured, timeout=60)
+        assert value == [fn.measured[0], fn.measured[1]] and len(launched) == 1
+        w.measure(fn.target, *fn.measured, timeout=60)  # asked again: measured again, in a child of its own
+        assert len(launched) == 2
+    finally:
+        w.close()
+    slow = variant(tmp_path, {"tiled.py": [("    n_q, d_k = q.shape\n", "    while True:\n        pass\n")]})
+    w = Worker(slow, reuse_memory=True)
+    w.measure_soon(fn.target, *fn.measured, timeout=300)
+    thread, box = next(iter(w._soon.values()))
+    thread.join(1.5)
+    assert thread.is_alive(), box  # still measuring: its call never ends by itself
+    w.end_measurements()
+    assert not thread.is_alive() and not w._fresh and not w._soon
+    assert "value" not in box and "refused" not in str(box["error"]), box  # ended while it ran
+    w.close()
 
 
 def test_decode_work_hidden_in_numpy_is_caught(tmp_path):

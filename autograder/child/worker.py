@@ -143,15 +143,19 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
 
         guard.install(sub_dir, pkg)  # before any of the submission loads: from here on, the rule holds
         del guard  # (install took the module out of sys.modules; no name here keeps it either)
+    sealed = False  # whether this process (and so the submission) can start no other process
     if os.environ.get("ATTN_SECCOMP") != "off":  # the kernel refuses new processes and sockets from here on
         from autograder.child import no_processes
 
         why = no_processes.install()
+        sealed = why is None
         if why is not None and no_processes.supported():
             print(f"note: the seccomp filter could not be installed ({why})", file=sys.stderr)
     load_package(sub_dir, pkg)
     stack = open_stack_file(sub_dir)
-    results.write(wire.dumps({"id": 0, "ok": True, "value": "ready"}))
+    # said before any of the submission has run, so the parent may believe it: a sealed child leaves no
+    # processes behind, and ending its own process group is the whole clean-up
+    results.write(wire.dumps({"id": 0, "ok": True, "value": "ready", "sealed": sealed}))
     for line in requests:
         req = wire.loads(line)
         invariants.CHANGED.clear()

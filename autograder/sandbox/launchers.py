@@ -115,16 +115,17 @@ def sweep_notes(uid: int | None) -> list[str]:
             "this system's processes: no /proc, or no psutil)"]
 
 
-def kill_everything(token: str, uid: int | None, tree: list[int] = ()) -> None:
+def kill_everything(token: str, uid: int | None, tree: list[int] = (), processes: bool = True) -> None:
     """End every process the child started: every process of its uid (when sandboxed under one), the tree
     found under it before it was ended, and any process carrying its marker in the environment; and remove
-    what its uid left in the shared temp folders."""
+    what its uid left in the shared temp folders. Without `processes` (a child that could start none) only
+    the folders are cleaned."""
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
         except (OSError, ProcessLookupError):
             pass
-    for _ in range(2):  # twice: a process may have forked while we looked
+    for _ in range(2 if processes else 0):  # twice: a process may have forked while we looked
         if uid is not None:
             subprocess.run(["kill", "-9", "-1"], preexec_fn=lambda: os.setuid(uid),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -36,6 +36,7 @@ from .launchers import (
 from .safe_files import current, take
 
 PACKAGE = "submission"
+NUMPY_NICE = 5  # the numpy child and its measuring children: torch's start is the longer path of every grade
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 MAX_REPLY_BYTES = 256 * 2**20  # one answer from a child; the largest real one (a traced probe) is far smaller
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
@@ -84,7 +85,8 @@ class Worker:
         self.submission = Path(submission)
         self.reuse_memory = reuse_memory  # numpy child: see child/worker.py's reuse_memory
         self.launcher = zygote or SubprocessLauncher()
-        self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
+        self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory),
+                                       nice=NUMPY_NICE if reuse_memory else 0)
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
         self.changed: list[dict] = []
@@ -97,6 +99,9 @@ class Worker:
         self._next_id = 0
         self._buf = bytearray()
         self.retired = False  # see retire
+        self._sealed = False  # the child said, before any of the submission ran, that it can start no process
+        self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
+        self._fresh: set = set()  # the fresh children measuring now: retired with this worker
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -125,7 +130,7 @@ class Worker:
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
-        self._buf, self._ready, self._vetted, self._next_id = bytearray(), False, False, 0
+        self._buf, self._ready, self._vetted, self._next_id, self._sealed = bytearray(), False, False, 0, False
         try:
             self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                               self._log)
@@ -146,7 +151,20 @@ class Worker:
         """End the child now and refuse to start another: a cancelled grade's remaining calls fail at once
         (as BudgetSpent: checks not run) instead of each starting a fresh child."""
         self.retired = True
+        for fresh in list(self._fresh):
+            fresh.stop()
         self.close()
+
+    def stop(self) -> None:
+        """From another thread: refuse to start a child, and end the running one's process group. The thread that
+        owns this worker sees its call fail and closes it itself (one thread reaps, closes and removes)."""
+        self.retired = True
+        child = self.child
+        if child is not None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def close(self) -> None:
         if self.child is None:
@@ -154,12 +172,15 @@ class Worker:
         if self._printed_from is not None:  # a call that hung or crashed: what it printed, before the log goes
             self.printed = self._printed_since(self._printed_from)
             self._printed_from = None
-        tree = descendants(self.child.pid)  # found before the child ends: its orphans are harder to find
+        # a sealed child (the seccomp filter was in force before any of the submission ran) has started no
+        # process: ending its group is enough. Otherwise its tree is found before it ends (orphans are harder to
+        # find), and every process carrying its marker or its uid is swept after
+        tree = [] if self._sealed else descendants(self.child.pid)
         try:
             os.killpg(self.child.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        kill_everything(self.token, self.uid, tree)
+        kill_everything(self.token, self.uid, tree, processes=not self._sealed)
         self.child.reap(None)
         for fd in (self.child.requests, self.child.results):
             try:
@@ -170,16 +191,60 @@ class Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.child = None
 
+    def measure_soon(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> None:
+        """Start `measure(target, *args, **kwargs)` now, in a thread of its own, so that it runs beside the calls
+        made before a check asks for it: the first `measure` with the same arguments takes its result (or its
+        error) instead of starting another child. The measurement is the same fresh child either way."""
+        import threading
+
+        key = repr((target, args, sorted(kwargs.items())))
+        if key in self._soon or self.retired:
+            return
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["value"] = self._measure_now(target, *args, timeout=timeout, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this measurement
+                box["error"] = e
+
+        thread = threading.Thread(target=run, daemon=True)
+        self._soon[key] = (thread, box)
+        thread.start()
+
+    def end_measurements(self) -> None:
+        """End the measurements started ahead that no check took (a stage stopped before its measuring check):
+        their children are ended and their threads joined, so nothing outlives the grade."""
+        for thread, _ in self._soon.values():
+            while thread.is_alive():  # again until it ends: a child caught between fork and its own group
+                for fresh in list(self._fresh):
+                    fresh.stop()
+                thread.join(0.2)
+        self._soon.clear()
+
     def measure(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> tuple[Any, int | None]:
         """Call `target` in a fresh child of its own that ends after this one call: its value, and the
         child's peak resident memory in bytes as the kernel counted it for its whole life (read here, in
         the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
-        system does not count it."""
+        system does not count it. A measurement started ahead by measure_soon is used once, then forgotten."""
+        ahead = self._soon.pop(repr((target, args, sorted(kwargs.items()))), None)
+        if ahead is None:
+            return self._measure_now(target, *args, timeout=timeout, **kwargs)
+        thread, box = ahead
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _measure_now(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any):
         if self.retired:  # a cancelled grade measures nothing more
             raise BudgetSpent("not run: the grade was cancelled")
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
+        self._fresh.add(fresh)
         try:
+            if self.retired:  # retired between the check above and the line before
+                raise BudgetSpent("not run: the grade was cancelled")
             value = fresh.call(target, *args, timeout=timeout, **kwargs)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
             fresh.child.requests = -1
@@ -194,6 +259,7 @@ class Worker:
                                    f"{LINGER_S:.0f} s instead of ending, so its memory could not be measured")
             return value, fresh.child.peak_bytes
         finally:
+            self._fresh.discard(fresh)
             fresh.close()
 
     def hang_site(self, wait: float = 1.0) -> tuple[str, int, str] | None:
@@ -284,9 +350,10 @@ class Worker:
                     first = self._read_line(limit)
                 except StudentCrash as e:  # it ended before loading any of the submission: the environment's fault
                     raise GraderEnvironment(environment_fault(str(e))) from None
-                if wire.loads(first).get("value") != "ready":
+                hello = wire.loads(first)
+                if hello.get("value") != "ready":
                     raise self._died("the child did not start properly")
-                self._ready = True
+                self._ready, self._sealed = True, hello.get("sealed") is True
             line = self._read_line(limit)
         except StudentTimeout:
             if capped:

@@ -12,6 +12,7 @@ ATTN_STATIC_CHECK=off, which the tests do to prove the sandbox beneath it holds 
 """
 import ast
 import os
+import threading
 from dataclasses import dataclass
 
 from ..child.guard import ALLOWED_MODULES
@@ -40,7 +41,7 @@ ALLOWED_DUNDERS = {"__init__", "__call__", "__name__", "__class__", "__len__", "
 ATTRIBUTE_BUILTINS = {"getattr", "setattr", "delattr", "hasattr"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Refusal:
     line: int
     what: str  # e.g. "import os"
@@ -58,12 +59,27 @@ def _module_allowed(name: str, own: set[str]) -> bool:
     return not (set(name.split(".")[1:]) & REFUSED_ATTRIBUTES)
 
 
+_SEEN: dict[tuple, tuple[Refusal, ...]] = {}
+_SEEN_LOCK = threading.Lock()  # (source, own) -> its refusals: a grade asks once per child
+
+
 def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     """What in `source` the rule refuses (empty: the module may run). `own` names the submission's
     modules (importable by name or relatively). A file that does not parse is left to the grader, which
-    says where the syntax error is."""
+    says where the syntax error is. Each distinct file is read once per process (every child of a grade
+    vets the same bytes)."""
     if os.environ.get("ATTN_STATIC_CHECK") == "off":  # the operator's switch, to test the sandbox beneath it
         return []
+    key = (source, frozenset(own))
+    with _SEEN_LOCK:  # the grade's two children vet the same files at the same moment: once is enough
+        if key not in _SEEN:
+            if len(_SEEN) > 4096:  # a long regrade: forget, never grow without bound
+                _SEEN.clear()
+            _SEEN[key] = tuple(_refusals(source, own))
+        return list(_SEEN[key])
+
+
+def _refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

@@ -87,18 +87,55 @@ def grader_size() -> int:
     return size >> 24
 
 
-def peak_over_baseline(api, name: str, target: str, args: tuple, what: str) -> tuple:
-    """`name`(*args) run alone in a fresh child, and the peak memory it added over a fresh child that ran
-    `target`(*args, True): the same work done by the grader's own code, none of the submission. Both peaks are
-    the kernel's, read by the grader when it reaps each child: code in the submission can raise its own peak,
-    never lower it, and never reaches the baseline's. The baseline child runs at the same time, or first inside
-    a memory-limited container (once per grading process, kind of child and arguments; on a student's own
-    machine it is kept between runs). Returns (value, added bytes or None where the system counts no peak)."""
+def _measurement(name: str):
+    from . import FUNCTIONS
+
+    fn = FUNCTIONS[name]
+    if not fn.measured:
+        raise TypeError(f"{name} declares no measured arguments (records.Function.measured)")
+    return fn.target, fn.measured, name
+
+
+def start_measurements(api, stage) -> None:
+    """Start the stage's declared measurements (Function.measured) now, each in a fresh child of its own, and
+    the baselines not yet known beside them: they run while the stage's other checks use the grading child, and
+    the checks that ask for them (peak_over_baseline) take their results. Not in a memory-limited container,
+    where torch-sized children run one at a time, when asked."""
+    from ..child.policy import container_memory
+
+    if container_memory() is not None:
+        return
+    for fn in stage.functions:
+        if not fn.measured:
+            continue
+        target, args, what = _measurement(fn.name)
+        soon = getattr(api.worker, "measure_soon", None)
+        if soon is None:  # a stand-in worker (the tests'): measured when asked
+            return
+        soon(target, *args, timeout=60)
+        key = _baseline_key(api, what, args)
+        if key not in _BASELINE and _saved_baseline(key) is None:
+            soon(target, *args, True, timeout=60)
+
+
+def _baseline_key(api, what, args) -> tuple:
+    return (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size())
+
+
+def peak_over_baseline(api, name: str) -> tuple:
+    """The declared measurement `name` (Function.measured: its arguments) run alone in a fresh child, and the
+    peak memory it added over a fresh child that ran the same driver with baseline=True: the same work done by
+    the grader's own code, none of the submission. Both peaks are the kernel's, read by the grader when it reaps
+    each child: code in the submission can raise its own peak, never lower it, and never reaches the
+    baseline's. The baseline child runs at the same time, or first inside a memory-limited container (once per
+    grading process, kind of child and arguments; on a student's own machine it is kept between runs). Returns
+    (value, added bytes or None where the system counts no peak)."""
     import threading
 
     from ..child.policy import container_memory
 
-    key = (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size())
+    target, args, what = _measurement(name)
+    key = _baseline_key(api, what, args)
     if key not in _BASELINE and (saved := _saved_baseline(key)) is not None:
         _BASELINE[key] = saved
     base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
@@ -117,8 +154,9 @@ def peak_over_baseline(api, name: str, target: str, args: tuple, what: str) -> t
 
 
 def _baseline_file(key: tuple):
-    """Where a student's own machine keeps a baseline between runs (one torch start less per `make grade`).
-    Never as root (the autograder, a regrade): there each grading process measures its own."""
+    """Where a baseline is kept between runs (one torch start less per `make grade`), in the user's cache:
+    for a key, this interpreter, torch and the drivers' own code. Not where a child could rewrite it: as root
+    whose children run as root in plain view (no user of their own, no namespaces), none is kept."""
     import hashlib
     import os
     import sys
@@ -127,10 +165,12 @@ def _baseline_file(key: tuple):
 
     from ..sandbox import namespaces
 
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not namespaces.contained():
         return None
-    tag = hashlib.sha256(repr((key, sys.executable, version("torch"), namespaces.available())).encode()).hexdigest()
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attention-kit" / f"{key[0]}-{tag[:16]}"
+    child = Path(__file__).resolve().parent.parent / "child"  # read, not imported: this process never loads torch
+    code = b"".join((child / f).read_bytes() for f in ("drivers.py", "np_drivers.py"))
+    tag = hashlib.sha256(repr((key, sys.executable, version("torch"), namespaces.available())).encode() + code)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attention-kit" / f"{key[0]}-{tag.hexdigest()[:16]}"
 
 
 def _saved_baseline(key: tuple) -> int | None:

@@ -10,6 +10,7 @@ from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
 ASK = 'What does the fused call receive, and what does it build itself?'
+MEMORY_T_D = (8192, 32)  # T and d_head of the memory check's one causal call (B = H = 1)
 STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads", "kv_cache"),
     reread='B "Code that matches the hand numbers"',
@@ -21,7 +22,7 @@ STAGE = Stage(
         Function(name="fused_with_defaults", target="driver:fused_with_defaults", reads=("fused.py",)),
         Function(name="module_fused_probe", target="driver:module_fused_probe", reads=("module.py",)),
         Function(name="module_fused_decode", target="driver:module_fused_decode", reads=("module.py", "kv_cache.py")),
-        Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",)),
+        Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",), measured=MEMORY_T_D),
     ),
     intro="One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
     hints=(
@@ -248,18 +249,14 @@ def module_fused_with_cache(api, ctx):
                        f"fused path must align bottom-right (fused_attention does). {f}") from None
 
 
-def fused_peak_memory(api, T: int) -> tuple[dict, int | None]:
-    """The student's call at length T run alone in a fresh child, and the peak memory it added over a child that
-    made the same call with F.scaled_dot_product_attention itself (common.peak_over_baseline)."""
-    return peak_over_baseline(api, "fused_memory_run", "driver:fused_memory_run", (T, 32), "sdpa-peak")
-
-
 @STAGE.check(points=2.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
               rule="At T = 8192 one causal call must add far less memory than a T x T float32 matrix.")
 def no_quadratic_memory(api, ctx):
     """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
-    T = 8192
-    r, peak = fused_peak_memory(api, T)
+    T, _ = MEMORY_T_D
+    # the student's call run alone in a fresh child, and the peak memory it added over a child that made the
+    # same call with F.scaled_dot_product_attention itself (common.peak_over_baseline)
+    r, peak = peak_over_baseline(api, "fused_memory_run")
     tt = T * T * 4
     if r["shape"] != [1, 1, T, 32]:
         raise Fail(f"fused_attention of q, k, v [1, 1, {T}, 32] returned shape {r['shape']}; expected [1, 1, {T}, 32]")

@@ -12,6 +12,7 @@ from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
 ASK = 'After one call of forward with the cache, how many positions does it hold, and which?'
+DECODE_SIZES = (2, 8, 16, 1023)  # batch, heads, d_head, cached positions: 1,024 with the new token
 STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
     reread='B "What it costs as the sequence grows"',
@@ -22,7 +23,8 @@ STAGE = Stage(
         Function(name="kv_cache_allocation", target="driver:kv_cache_allocation", reads=("kv_cache.py",)),
         Function(name="kv_cache_probe", target="driver:kv_cache_probe", reads=("kv_cache.py",)),
         Function(name="module_decode", target="driver:module_decode", reads=("module.py",)),
-        Function(name="decode_memory_run", target="driver:decode_memory_run", reads=("module.py", "kv_cache.py")),
+        Function(name="decode_memory_run", target="driver:decode_memory_run", reads=("module.py", "kv_cache.py"),
+                 measured=DECODE_SIZES),
     ),
     intro="A preallocated key/value cache: fill the KVCache class and the cache part of forward above.",
     hints=(
@@ -179,7 +181,6 @@ def decode_float64(api, ctx):
     decode_output(api, ctx, "decode-f64", [3, 1, 1], dtype=np.float64)
 
 
-DECODE_SIZES = (2, 8, 16, 1023)  # batch, heads, d_head, cached positions: 1,024 with the new token
 
 
 def decode_step_expected(qkv_w, out_w, k_old, v_old, x) -> np.ndarray:
@@ -200,7 +201,7 @@ def decode_step_expected(qkv_w, out_w, k_old, v_old, x) -> np.ndarray:
 def decode_step_cost_linear(api, ctx):
     """one decode step after 1,023 cached positions adds far less memory than the [B, H, L, L] scores"""
     B, H, D, L = DECODE_SIZES
-    r, extra = peak_over_baseline(api, "decode_memory_run", "driver:decode_memory_run", DECODE_SIZES, "decode-peak")
+    r, extra = peak_over_baseline(api, "decode_memory_run")
     if r["length"] != L + 1:
         raise Fail(f"after {L} positions appended to a KVCache of max_len {L + 1}, one decode step left its length at "
                    f"{r['length']}; expected {L + 1}")

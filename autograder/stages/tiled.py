@@ -5,15 +5,18 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import RAISED, expect_defaults, expect_value_error, grader_size, randn, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, peak_over_baseline, randn, shape_str
 
+MEMORY_N = 4096
+MEMORY_BLOCK = 256  # 136 block pairs of a causal loop at n = 4096 (blocks of 64: 2,080); a block of scores is 0.5 MiB
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
     reread='the online-softmax (FlashAttention) forward in numpy; B "What it costs as the sequence grows"',
     bonus=True, worked_points=1.0,
     functions=(
         Function(name="tiled_attention", target="tiled:tiled_attention", reference="api:tiled_attention"),
-        Function(name="tiled_memory_run", target="npdriver:tiled_memory_run", reads=("tiled.py",)),
+        Function(name="tiled_memory_run", target="npdriver:tiled_memory_run", reads=("tiled.py",),
+                 measured=(MEMORY_N, 16, MEMORY_BLOCK)),
     ),
     intro="Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
     hints=(
@@ -83,43 +86,23 @@ def tiled_large_scores(api, ctx):
                 mistakes=lambda: ctx.mistakes.tiled_variants(q, k, v, True, 4, 4))
 
 
-_BASELINE: dict = {}  # (forked children?, n, grader's size) -> peak bytes of a child that built the inputs and made no call
-MEMORY_N = 4096
-
-
-def tiled_extra_memory(api, n: int) -> tuple[list, int | None]:
-    """The output shape of one causal call at n run alone in a fresh child, and the peak memory it added over a
-    child that built the same inputs without calling: both peaks are the kernel's, read by the grader when it
-    reaps each child, out of the submission's reach. The baseline runs at the same time (once per process)."""
-    import threading
-
-    key = (getattr(api.worker.launcher, "forks", False), n, grader_size())
-    base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
-        "npdriver:tiled_memory_run", n, 16, 64, True, timeout=60)[1]))
-    if key not in _BASELINE:
-        base.start()
-    shape, peak = api.measure("tiled_memory_run", n, timeout=60)
-    if base.ident is not None:
-        base.join()
-    if peak is None or _BASELINE.get(key) is None:
-        return shape, None
-    return shape, peak - _BASELINE[key]
-
-
 @STAGE.check(points=1.5, kind="property", visibility="public",
               rule="Extra memory grows with the block sizes and n * d, not n_q * n_k.")
 def tiled_memory_linear(api, ctx):
     """one causal call at n = 4096 adds far less memory than the n x n float64 scores"""
     n = MEMORY_N
-    shape, extra = tiled_extra_memory(api, n)
+    # the call run alone in a fresh child, and the peak memory it added over a child that built the same inputs
+    # without calling (common.peak_over_baseline: both peaks are the kernel's, read by the grader)
+    shape, extra = peak_over_baseline(api, "tiled_memory_run")
     if list(shape) != [n, 16]:
         raise Fail(f"tiled_attention of q, k, v [{n}, 16] returned shape {shape}; expected [{n}, 16]")
     full = n * n * 8
     if extra is None:
         return f"memory of one causal call at n={n}: not measured (this system does not report a process's peak)"
     if extra > full / 2:  # an untiled call adds the scores and their exponentials: at least twice this
-        raise Fail(f"one causal call at n={n} (blocks of 64) raised peak memory by {extra / 2**20:.0f} MiB; the "
-                   f"n x n float64 scores are {full / 2**20:.0f} MiB. Keep only a block of scores at a time")
+        raise Fail(f"one causal call at n={n} (blocks of {MEMORY_BLOCK}) raised peak memory by "
+                   f"{extra / 2**20:.0f} MiB; the n x n float64 scores are {full / 2**20:.0f} MiB. Keep only a block "
+                   "of scores at a time")
     return (f"memory of one causal call at n={n}: {max(extra, 0) / 2**20:.1f} MiB added; the n x n scores would be "
             f"{full / 2**20:.0f} MiB")
 
