@@ -3,12 +3,14 @@ per request, so a regrade does not pay the torch import for every submission. It
 student code itself: each forked child drops to its limits and uid before it loads a submission.
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N};
-{"wait": pid, "timeout": s} -> {"status": code, "peak_bytes": n}; {"ping": 1} -> {"pong": true}.
+{"wait": pid, "timeout": s} -> {"status": code, "peak_bytes": n} (status null: not yet, with "gone": not
+this server's child); {"ping": 1} -> {"pong": true}.
 
 When its input ends without its parent having ended it (the parent was killed, or died), it ends the
 children it forked that still run and removes their scratch folders and its own home (argv[1]): a
 killed `make watch` leaves nothing running and nothing in the temporary directory.
 """
+import gc
 import json
 import os
 import shutil
@@ -66,6 +68,9 @@ def orphaned(children: dict[int, str], home: str | None) -> None:
 
 def main() -> None:
     home = sys.argv[1] if len(sys.argv) > 1 else None
+    # Everything imported so far is kept out of the collector's reach: a forked child that collected it would
+    # touch (and so copy) every page of numpy's and torch's objects it shares with this process
+    gc.freeze()
     out = os.fdopen(os.dup(1), "w")
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints cannot reach the control pipe
     out.write(json.dumps({"ready": True}) + "\n")
@@ -86,17 +91,20 @@ def main() -> None:
             reply = {"pong": True}
         else:
             pid, reply = req["wait"], {"status": None}
-            deadline = time.monotonic() + req.get("timeout", 2)
-            while time.monotonic() < deadline:
+            deadline = time.monotonic() + req.get("timeout", 2)  # 0: look once (the caller waits, not this loop)
+            while True:
                 try:
                     done, code, usage = os.wait4(pid, os.WNOHANG)
                 except ChildProcessError:
                     children.pop(pid, None)
+                    reply["gone"] = True
                     break
                 if done:  # with the kernel's count of its peak memory (KiB on Linux, bytes on macOS)
                     children.pop(pid, None)
                     reply = {"status": os.waitstatus_to_exitcode(code),
                              "peak_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)}
+                    break
+                if time.monotonic() >= deadline:
                     break
                 time.sleep(0.005)
         try:

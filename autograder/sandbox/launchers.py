@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -274,8 +275,11 @@ class ForkServer:
             self.scratch_root = self.home / "grades"
             self.scratch_root.mkdir(mode=0o711)
             cmd = namespaces.wrap(cmd, self.home, None, list(hide), pid_namespace=False)
+        # one BLAS/OpenMP thread, as every child gets: a library sizes its thread pool when it loads, which is
+        # here, before the fork, so the children's own setting would come too late
+        env = {**kept_env(), **{k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.home,
-                                     env=kept_env(), start_new_session=True)
+                                     env=env, start_new_session=True)
         self.lock = lock or threading.Lock()
         self.ready = False  # read on the first request: until then the caller goes on while torch loads there
         if not wait:
@@ -330,12 +334,18 @@ class ForkServer:
         launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None, forked=True)
 
         def reap(timeout: float | None = None) -> int | None:
-            try:
-                reply = self.ask({"wait": pid, "timeout": 2 if timeout is None else timeout})
-            except ServerGone:
-                return None
-            launched.peak_bytes = reply.get("peak_bytes")
-            return reply["status"]
+            # The server is asked to look once, and the waiting is done here, between questions: one server
+            # serves every grading process of a batch, and a question it sat on would hold up their forks
+            deadline = time.monotonic() + (2 if timeout is None else timeout)
+            while True:
+                try:
+                    reply = self.ask({"wait": pid, "timeout": 0})
+                except ServerGone:
+                    return None
+                if reply.get("status") is not None or reply.get("gone") or time.monotonic() >= deadline:
+                    launched.peak_bytes = reply.get("peak_bytes")
+                    return reply.get("status")
+                time.sleep(0.005)
 
         launched.reap = reap
         return launched
