@@ -135,7 +135,7 @@ def main() -> int:
     floor_np_torch = timed([PY, "-c", "import numpy, torch"], args.runs)
     floor_np = timed([PY, "-c", "import numpy"], args.runs)
     grade = [PY, "-m", "autograder", "grade", "--submission", "solutions"]
-    row("make grade (solutions, all stages)", timed(grade, args.runs), "import numpy, torch", floor_np_torch, "<= 2x")
+    row("make grade (solutions, all stages)", timed(grade, args.runs), "import numpy, torch", floor_np_torch, "<= 1.1x")
     row("make grade STAGE=softmax", timed(grade + ["--stage", "softmax"], args.runs), "import numpy", floor_np,
         "<= 3x and < 1 s")
     student = as_student(grade)
