@@ -276,7 +276,7 @@ def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
     w.launcher.launch = lambda *a, **k: launched.append(a) or real(*a, **k)
     try:
         w.measure_soon(fn.target, *fn.measured, timeout=60)
-        value, peak = w.measure(fn.target, *fn.measured, timeout=60)
+        value, peak, cpu = w.measure(fn.target, *fn.measured, timeout=60)
         assert value == [fn.measured[0], fn.measured[1]] and len(launched) == 1
         w.measure(fn.target, *fn.measured, timeout=60)  # asked again: measured again, in a child of its own
         assert len(launched) == 2
@@ -313,6 +313,31 @@ def test_decode_work_hidden_in_numpy_is_caught(tmp_path):
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
     assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
+
+
+ROW_BY_ROW = ("            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n",
+              "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+              "            L, T = k.shape[-2], q.shape[-2]\n"
+              "            qq = torch.cat([q.new_zeros(q.shape[0], self.n_heads, L - T, q.shape[-1]), q], -2)\n"
+              "            rows = []\n"
+              "            for i in range(L):  # every row of the full causal attention, one at a time\n"
+              "                row = self.attend(qq[:, :, i:i + 1], k[:, :, :i + 1], v[:, :, :i + 1])\n"
+              "                if i >= L - T:\n"
+              "                    rows.append(row)\n"
+              "            return self.merge(torch.cat(rows, -2))\n")
+
+
+def test_a_quadratic_decode_step_done_a_row_at_a_time_is_caught_by_its_cpu_time(tmp_path):
+    """Redoing every pair of positions one row at a time keeps the step's memory small and its output right, but
+    its CPU time (the kernel's count, read by the grader) grows with the square of the cache length: the cost
+    check fails and names the mistake, and the correct step's growth is reported in milliseconds."""
+    res = grade(variant(tmp_path, {"module.py": [ROW_BY_ROW]}), stages=["kv_cache"])
+    cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step" and "CPU time grew" in cost.message
+    assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
+    ok = [r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks
+          if r.check.name == "decode_step_cost_linear"][0]
+    assert ok.passed and "its CPU time grew by" in ok.note, ok.note
 
 
 def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):

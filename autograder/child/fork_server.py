@@ -3,7 +3,7 @@ per request, so a regrade does not pay the torch import for every submission. It
 student code itself: each forked child drops to its limits and uid before it loads a submission.
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N};
-{"wait": pid, "timeout": s} -> {"status": code, "peak_bytes": n} (status null: not yet, with "gone": not
+{"wait": pid, "timeout": s} -> {"status": code, "peak_bytes": n, "cpu_s": t} (status null: not yet, with "gone": not
 this server's child); {"ping": 1} -> {"pong": true}.
 
 When its input ends without its parent having ended it (the parent was killed, or died), it ends the
@@ -102,7 +102,8 @@ def main() -> None:
                 if done:  # with the kernel's count of its peak memory (KiB on Linux, bytes on macOS)
                     children.pop(pid, None)
                     reply = {"status": os.waitstatus_to_exitcode(code),
-                             "peak_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)}
+                             "peak_bytes": usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024),
+                             "cpu_s": usage.ru_utime + usage.ru_stime}
                     break
                 if time.monotonic() >= deadline:
                     break

@@ -10,7 +10,7 @@ from this process instead (a few MiB: no site, no numpy), the count is the child
 SPEC_JSON holds the policy's limits, the uid and whether to drop to it here. The child leads a
 process group of its own, so the grader can end it (and all it started) while this process lives on
 to reap it. Written to STATUS_FD, one JSON line each: {"pid"} once the child is in its group, then
-{"status", "peak_bytes"} once it is reaped (status negative for a signal). Exits 0 after that.
+{"status", "peak_bytes", "cpu_s"} once it is reaped (status negative for a signal). Exits 0 after that.
 """
 import json
 import os
@@ -50,7 +50,8 @@ def main() -> None:
         except InterruptedError:
             continue
     peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux, bytes on macOS
-    os.write(fd, (json.dumps({"status": os.waitstatus_to_exitcode(status), "peak_bytes": peak}) + "\n").encode())
+    os.write(fd, (json.dumps({"status": os.waitstatus_to_exitcode(status), "peak_bytes": peak,
+                              "cpu_s": usage.ru_utime + usage.ru_stime}) + "\n").encode())
 
 
 if __name__ == "__main__":

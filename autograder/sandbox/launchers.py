@@ -36,6 +36,7 @@ class Launched:
     reap: Callable[[float | None], int | None]  # exit code (negative: the signal), None while it runs
     forked: bool = False  # by the fork server: its result FIFO reads as ended until the child opens it
     peak_bytes: int | None = None  # once reaped: its peak resident memory, as the kernel counted it
+    cpu_s: float | None = None  # once reaped: the CPU time (user + system) the kernel counted for it
     status: int | None = None  # once reaped: its exit code
 
 
@@ -233,8 +234,9 @@ class SubprocessLauncher:
             except ValueError:
                 last = {}
             last = last if isinstance(last, dict) else {}
-            peak, code = last.get("peak_bytes"), last.get("status")
+            peak, code, cpu = last.get("peak_bytes"), last.get("status"), last.get("cpu_s")
             launched.peak_bytes = peak if isinstance(peak, int) else None
+            launched.cpu_s = float(cpu) if isinstance(cpu, (int, float)) else None
             launched.status = code if isinstance(code, int) else proc.returncode
             return launched.status
 
@@ -343,7 +345,7 @@ class ForkServer:
                 except ServerGone:
                     return None
                 if reply.get("status") is not None or reply.get("gone") or time.monotonic() >= deadline:
-                    launched.peak_bytes = reply.get("peak_bytes")
+                    launched.peak_bytes, launched.cpu_s = reply.get("peak_bytes"), reply.get("cpu_s")
                     return reply.get("status")
                 time.sleep(0.005)
 

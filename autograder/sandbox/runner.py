@@ -100,6 +100,8 @@ class Worker:
         self._buf = bytearray()
         self.retired = False  # see retire
         self._sealed = False  # the child said, before any of the submission ran, that it can start no process
+        self.preload: str | None = None  # "driver" or "npdriver": loaded before the child says it is ready
+        self._start_cpu: float | None = None  # and how much CPU time its start took (said at the same moment)
         self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
 
@@ -124,6 +126,8 @@ class Worker:
         env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         if self.reuse_memory:
             env["ATTN_REUSE_MEMORY"] = "1"
+        if self.preload:
+            env["ATTN_PRELOAD"] = self.preload
         for switch in ("ATTN_GUARD", "ATTN_SECCOMP"):  # the operator's switches, to measure what each costs
             if os.environ.get(switch) == "off":
                 env[switch] = "off"
@@ -131,6 +135,7 @@ class Worker:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
         self._buf, self._ready, self._vetted, self._next_id, self._sealed = bytearray(), False, False, 0, False
+        self._start_cpu = None
         try:
             self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                               self._log)
@@ -222,11 +227,12 @@ class Worker:
                 thread.join(0.2)
         self._soon.clear()
 
-    def measure(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> tuple[Any, int | None]:
-        """Call `target` in a fresh child of its own that ends after this one call: its value, and the
-        child's peak resident memory in bytes as the kernel counted it for its whole life (read here, in
-        the parent, when it is reaped: nothing the child runs can lower or rewrite it). None where the
-        system does not count it. A measurement started ahead by measure_soon is used once, then forgotten."""
+    def measure(self, target: str, *args: Any, timeout: float | None = None,
+                **kwargs: Any) -> tuple[Any, int | None, float | None]:
+        """Call `target` in a fresh child of its own that ends after this one call: its value, the child's
+        peak resident memory in bytes and its CPU time in seconds, as the kernel counted them for its whole
+        life (read here, in the parent, when it is reaped: nothing the child runs can lower or rewrite them).
+        None where the system does not count them. A measurement started ahead by measure_soon is used once, then forgotten."""
         ahead = self._soon.pop(repr((target, args, sorted(kwargs.items()))), None)
         if ahead is None:
             return self._measure_now(target, *args, timeout=timeout, **kwargs)
@@ -241,6 +247,7 @@ class Worker:
             raise BudgetSpent("not run: the grade was cancelled")
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
+        fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
         self._fresh.add(fresh)
         try:
             if self.retired:  # retired between the check above and the line before
@@ -257,7 +264,12 @@ class Worker:
                 # the child's own peak reaches it. A measurement it kept from being read is not a pass.
                 raise StudentCrash(f"after answering, the process that ran this call kept running for "
                                    f"{LINGER_S:.0f} s instead of ending, so its memory could not be measured")
-            return value, fresh.child.peak_bytes
+            # the CPU time of the call: the kernel's count for the child's life, less its start (the interpreter
+            # and libraries), which it said before any of the submission ran
+            cpu = fresh.child.cpu_s
+            if cpu is not None and fresh._start_cpu is not None:
+                cpu = max(cpu - fresh._start_cpu, 0.0)
+            return value, fresh.child.peak_bytes, cpu
         finally:
             self._fresh.discard(fresh)
             fresh.close()
@@ -354,6 +366,8 @@ class Worker:
                 if hello.get("value") != "ready":
                     raise self._died("the child did not start properly")
                 self._ready, self._sealed = True, hello.get("sealed") is True
+                start_cpu = hello.get("cpu_s")
+                self._start_cpu = float(start_cpu) if isinstance(start_cpu, (int, float)) else None
             line = self._read_line(limit)
         except StudentTimeout:
             if capped:

@@ -99,7 +99,7 @@ def _measurement(name: str):
 def start_measurements(api, stage) -> None:
     """Start the stage's declared measurements (Function.measured) now, each in a fresh child of its own, and
     the baselines not yet known beside them: they run while the stage's other checks use the grading child, and
-    the checks that ask for them (peak_over_baseline) take their results. Not in a memory-limited container,
+    the checks that ask for them (over_baseline) take their results. Not in a memory-limited container,
     where torch-sized children run one at a time, when asked."""
     from ..child.policy import container_memory
 
@@ -122,14 +122,16 @@ def _baseline_key(api, what, args) -> tuple:
     return (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size())
 
 
-def peak_over_baseline(api, name: str) -> tuple:
-    """The declared measurement `name` (Function.measured: its arguments) run alone in a fresh child, and the
-    peak memory it added over a fresh child that ran the same driver with baseline=True: the same work done by
-    the grader's own code, none of the submission. Both peaks are the kernel's, read by the grader when it reaps
-    each child: code in the submission can raise its own peak, never lower it, and never reaches the
+def over_baseline(api, name: str) -> tuple:
+    """The declared measurement `name` (Function.measured: its arguments) run alone in a fresh child: its value,
+    the peak memory it added over a fresh child that ran the same driver with baseline=True (the same work done
+    by the grader's own code, none of the submission), and the CPU time of its call (its start, which it said
+    before any of the submission ran, taken off). Peaks and CPU times are the kernel's, read by the grader when
+    it reaps each child: code in the submission can raise its own, never lower them, and never reaches the
     baseline's. The baseline child runs at the same time, or first inside a memory-limited container (once per
-    grading process, kind of child and arguments; on a student's own machine it is kept between runs). Returns
-    (value, added bytes or None where the system counts no peak)."""
+    grading process, kind of child and arguments; its peak is kept between runs where no child can rewrite it:
+    a CPU time is not, since it depends on the moment's load). Returns (value, added peak bytes, CPU seconds),
+    each None where the system does not count it."""
     import threading
 
     from ..child.policy import container_memory
@@ -144,13 +146,12 @@ def peak_over_baseline(api, name: str) -> tuple:
         base.start()
         if container_memory() is not None:  # in a small container, one torch-sized child at a time
             base.join()
-    value, peak = api.measure(name, *args, timeout=60)
+    value, peak, cpu = api.measure(name, *args, timeout=60)
     if base.ident is not None:
         base.join()
         _save_baseline(key, _BASELINE.get(key))
-    if peak is None or _BASELINE.get(key) is None:
-        return value, None
-    return value, peak - _BASELINE[key]
+    base_peak = _BASELINE.get(key)
+    return value, None if peak is None or base_peak is None else peak - base_peak, cpu
 
 
 def _baseline_file(key: tuple):

@@ -5,7 +5,7 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import expect_defaults, peak_over_baseline, randn, shape_str
+from .common import expect_defaults, over_baseline, randn, shape_str
 from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
@@ -255,8 +255,8 @@ def no_quadratic_memory(api, ctx):
     """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
     T, _ = MEMORY_T_D
     # the student's call run alone in a fresh child, and the peak memory it added over a child that made the
-    # same call with F.scaled_dot_product_attention itself (common.peak_over_baseline)
-    r, peak = peak_over_baseline(api, "fused_memory_run")
+    # same call with F.scaled_dot_product_attention itself (common.over_baseline)
+    r, peak, _ = over_baseline(api, "fused_memory_run")
     tt = T * T * 4
     if r["shape"] != [1, 1, T, 32]:
         raise Fail(f"fused_attention of q, k, v [1, 1, {T}, 32] returned shape {r['shape']}; expected [1, 1, {T}, 32]")
