@@ -59,6 +59,7 @@ def grade_upload(root: Path) -> dict:
     """The results of grading root/submission: the grader's imports happen here, inside main's guard."""
     from ..grade import grade
     from ..report.gradescope_json import DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, results_json
+    from ..sandbox.runner import close_launchers, prestart
     from ..sandbox.submission import STAGE_FILES, survey
 
     source = root / "source"
@@ -70,7 +71,14 @@ def grade_upload(root: Path) -> dict:
         names = ", ".join(STAGE_FILES)
         return message_only(f"No stage modules found. Upload {names} (at the top level, in an exercises/ "
                             "folder, or as the submission.zip that `make submit` writes).")
-    res = grade(found.folder, seed=derive_seed(read_setting(source, "course_secret", ""), found.folder))
+    # as `make grade` does: the torch side is a fork server that imports torch once, so the grading child and
+    # every measuring child are forks of it, not new interpreters each importing torch again
+    workers = prestart(found.folder.resolve(), None, 10.0)
+    try:
+        res = grade(found.folder, seed=derive_seed(read_setting(source, "course_secret", ""), found.folder),
+                    workers=workers)
+    finally:
+        close_launchers(workers)
     visibility = read_setting(source, "hidden_visibility", DEFAULT_HIDDEN_VISIBILITY)
     bonus = read_setting(source, "bonus_policy", DEFAULT_BONUS_POLICY)
     return results_json(res, visibility, found.notes, bonus)  # every child has been ended when grade returns
