@@ -38,12 +38,18 @@ FUSED_VARIANTS = {
     "causal_lower_right": [(BOTTOM_RIGHT, (
         "    from torch.nn.attention.bias import causal_lower_right\n"
         "    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T_q, T_k), dropout_p=p)"))],
+    # found by a stranger: imported at the top, it loads torch._dynamo (70 MiB) in every child that imports fused.py,
+    # which the measured calls of the fused and KV-cache stages once counted as theirs
+    "causal_lower_right imported at the top": [
+        ("import torch\n", "import torch\nfrom torch.nn.attention.bias import causal_lower_right\n"),
+        (BOTTOM_RIGHT, "    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T_q, T_k), "
+                       "dropout_p=p)")],
 }
 
 
 @pytest.mark.parametrize("name", sorted(FUSED_VARIANTS))
 def test_sdpa_called_another_way_keeps_full_marks(tmp_path, name):
-    full_marks(variant(tmp_path, {"fused.py": FUSED_VARIANTS[name]}), ["fused"])
+    full_marks(variant(tmp_path, {"fused.py": FUSED_VARIANTS[name]}), ["kv_cache", "fused"])
 
 
 TILED_VARIANTS = {

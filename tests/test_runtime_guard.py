@@ -368,3 +368,22 @@ def test_a_child_that_could_start_processes_is_swept_and_a_sealed_one_says_so_fi
     finally:
         open_child.close()
     assert survivors(marker) == []
+
+
+def test_a_returned_container_is_read_without_running_anything_of_the_submission(tmp_path, static_check_off):
+    """A list subclass whose `__iter__` is a chain of C functions (`map` over `os.listdir` and `open`) has no frame
+    of the submission on the stack when it runs: the grader's own conversion of the returned value once iterated
+    it, and the guard let the listing through. Returned containers are read through the built-in types' own
+    methods, so nothing the submission defined runs outside its call; the second call shows what was gathered."""
+    leak = ("import functools\nimport itertools\nimport typing\n\n"
+            f"_OS = {MODULES}['os']\nLEAK = []\nCALLS = []\n\n\n"
+            "class _Evil(list):\n"
+            "    __iter__ = functools.partial(map, LEAK.append, itertools.chain.from_iterable(map(_OS.listdir, ['/'])))"
+            "\n\n\n")
+    sub = variant(tmp_path, {"softmax.py": [
+        ("import numpy as np\n", leak + "import numpy as np\n"),
+        (SOFTMAX_BODY, "    CALLS.append(1)\n    if len(CALLS) == 1:\n        return _Evil([1.0])\n"
+                       "    raise ValueError('gathered ' + repr(LEAK))\n" + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    said = " ".join(r.message for r in sm.checks)
+    assert "gathered []" in said and "'usr'" not in said, said[:600]

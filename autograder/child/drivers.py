@@ -257,5 +257,23 @@ def fused_memory_run(T, d_head=32, baseline=False, *, pkg):
     return {"calls": spy.calls, "shape": list(out.shape) if hasattr(out, "shape") else None}
 
 
+def module_fused_memory_run(T, d_model=32, baseline=False, *, pkg):
+    """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1) in a fresh child that
+    ends after it, so the parent can read the child's peak memory (sandbox.Worker.measure); for the baseline,
+    the same projections around F.scaled_dot_product_attention itself, none of the submission. Returns the
+    output's shape and the SDPA calls seen (which only name the mistake: the peak, measured outside, decides)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, T, d_model, generator=g)
+    qkv_w = torch.randn(3 * d_model, d_model, generator=g) / d_model**0.5
+    out_w = torch.randn(d_model, d_model, generator=g) / d_model**0.5
+    with _SdpaSpy() as spy, torch.no_grad():
+        if baseline:
+            q, k, v = (t.unsqueeze(1) for t in F.linear(x, qkv_w).split(d_model, dim=-1))  # [1, 1, T, C]
+            out = F.linear(_sdpa_causal(q, k, v).squeeze(1), out_w)  # [1, T, C]
+        else:
+            out = _build(pkg, d_model, 1, True, qkv_w, out_w)(x)
+    return {"calls": spy.calls, "shape": list(out.shape) if hasattr(out, "shape") else None}
+
+
 def _sdpa_causal(q, k, v, causal=True):
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)

@@ -15,6 +15,8 @@ import os
 import sys
 import traceback
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from autograder.child import invariants, tracer, wire
@@ -65,20 +67,37 @@ def resolve(target: str, pkg: str):
     return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)
 
 
+_PLAIN = (type(None), bool, int, float, str)
+
+
 def to_plain(value):
-    """Tensors and array-likes become numpy arrays; containers are walked."""
-    if hasattr(value, "detach") and hasattr(value, "numpy"):
-        t = value.detach().cpu()
-        if str(t.dtype) in ("torch.float16", "torch.bfloat16"):
+    """Tensors become numpy arrays; lists, tuples and dicts are walked; plain numbers and strings stay. Nothing the
+    submission defined runs here: types are matched exactly, containers are read through the built-in types' own
+    methods (a list subclass whose `__iter__` is a chain of C functions is read as the list it holds, never
+    iterated its way), and anything else is refused (the caller reports it as not an array or number)."""
+    kind = type(value)
+    if kind in _PLAIN or kind is np.ndarray or (isinstance(value, np.generic) and kind.__module__ == "numpy"):
+        return value
+    torch = sys.modules.get("torch")
+    if torch is not None and kind in (torch.Tensor, torch.nn.Parameter):
+        t = torch.Tensor.cpu(torch.Tensor.detach(value))
+        if t.dtype in (torch.float16, torch.bfloat16):
             t = t.float()
         return t.numpy()
-    if isinstance(value, tuple):
-        return tuple(to_plain(v) for v in value)
-    if isinstance(value, list):
-        return [to_plain(v) for v in value]
+    if isinstance(value, (list, tuple)):  # subclasses too (torch.Size), read as the built-in type they are
+        base = tuple if isinstance(value, tuple) else list
+        items = [to_plain(base.__getitem__(value, i)) for i in range(base.__len__(value))]
+        return tuple(items) if base is tuple else items
     if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
-    return value
+        out = {}
+        for k, v in dict.items(value):
+            if type(k) not in _PLAIN:
+                raise TypeError(f"a dict key of type {kind.__name__}")
+            out[k] = to_plain(v)
+        return out
+    if isinstance(value, np.ndarray):  # a subclass: the array it holds, as a plain ndarray
+        return np.ndarray.view(value, np.ndarray)
+    raise TypeError(f"a {kind.__name__}")
 
 
 def sendable(records: list[dict]) -> list[dict]:
@@ -164,9 +183,14 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
             print(f"note: the seccomp filter could not be installed ({why})", file=sys.stderr)
     load_package(sub_dir, pkg)
     stack = open_stack_file(sub_dir)
-    preload = os.environ.get("ATTN_PRELOAD")  # a measuring child: its drivers (and torch) load as part of its start
-    if preload in ("driver", "npdriver"):
+    preload = os.environ.get("ATTN_PRELOAD")  # a measuring child: its drivers (and torch) load as part of its start,
+    if preload in ("driver", "npdriver"):  # and so do the parts of numpy and torch the submission's files import
         resolve(f"{preload}:warmup" if preload == "driver" else f"{preload}:tiled_memory_run", pkg)
+        for name in filter(None, os.environ.get("ATTN_PRELOAD_LIBRARIES", "").split(",")):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not a module (a function's name): the call imports what it needs
+                pass
     # said before any of the submission has run, so the parent may believe it: a sealed child leaves no
     # processes behind, and ending its own process group is the whole clean-up; and the CPU time its start took
     # (the interpreter, numpy, torch), which the parent takes off the kernel's count when it measures a call
@@ -190,8 +214,8 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
                 value, traced = tracer.run(run, sub_dir)
             else:
                 value = run()
-            value = to_plain(value)
             try:
+                value = to_plain(value)
                 answer = {"id": req["id"], "ok": True, "value": value, "changed": list(invariants.CHANGED),
                           "aliased": list(invariants.ALIASED)}
                 if traced is not None:

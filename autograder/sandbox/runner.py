@@ -101,6 +101,7 @@ class Worker:
         self.retired = False  # see retire
         self._sealed = False  # the child said, before any of the submission ran, that it can start no process
         self.preload: str | None = None  # "driver" or "npdriver": loaded before the child says it is ready
+        self.preload_libraries: tuple = ()  # numpy's and torch's modules the submission imports: loaded in the start
         self._start_cpu: float | None = None  # and how much CPU time its start took (said at the same moment)
         self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
@@ -128,6 +129,8 @@ class Worker:
             env["ATTN_REUSE_MEMORY"] = "1"
         if self.preload:
             env["ATTN_PRELOAD"] = self.preload
+        if self.preload_libraries:
+            env["ATTN_PRELOAD_LIBRARIES"] = ",".join(self.preload_libraries)
         for switch in ("ATTN_GUARD", "ATTN_SECCOMP"):  # the operator's switches, to measure what each costs
             if os.environ.get(switch) == "off":
                 env[switch] = "off"
@@ -196,7 +199,15 @@ class Worker:
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.child = None
 
-    def measure_soon(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> None:
+    def _vet(self) -> None:
+        from ..stages import SUBMISSION_FILES
+        from .static_check import vet
+
+        vet(self.scratch / PACKAGE, SUBMISSION_FILES)
+        self._vetted = True
+
+    def measure_soon(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (),
+                     **kwargs: Any) -> None:
         """Start `measure(target, *args, **kwargs)` now, in a thread of its own, so that it runs beside the calls
         made before a check asks for it: the first `measure` with the same arguments takes its result (or its
         error) instead of starting another child. The measurement is the same fresh child either way."""
@@ -209,7 +220,7 @@ class Worker:
 
         def run() -> None:
             try:
-                box["value"] = self._measure_now(target, *args, timeout=timeout, **kwargs)
+                box["value"] = self._measure_now(target, *args, timeout=timeout, loads=loads, **kwargs)
             except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this measurement
                 box["error"] = e
 
@@ -227,27 +238,30 @@ class Worker:
                 thread.join(0.2)
         self._soon.clear()
 
-    def measure(self, target: str, *args: Any, timeout: float | None = None,
+    def measure(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (),
                 **kwargs: Any) -> tuple[Any, int | None, float | None]:
         """Call `target` in a fresh child of its own that ends after this one call: its value, the child's
         peak resident memory in bytes and its CPU time in seconds, as the kernel counted them for its whole
         life (read here, in the parent, when it is reaped: nothing the child runs can lower or rewrite them).
-        None where the system does not count them. A measurement started ahead by measure_soon is used once, then forgotten."""
+        None where the system does not count them. A measurement started ahead by measure_soon is used once, then
+        forgotten. `loads` names modules of numpy and torch the child imports as part of its start, before any of
+        the submission runs (a measurement and its baseline alike: what a library costs to load is not the call's)."""
         ahead = self._soon.pop(repr((target, args, sorted(kwargs.items()))), None)
         if ahead is None:
-            return self._measure_now(target, *args, timeout=timeout, **kwargs)
+            return self._measure_now(target, *args, timeout=timeout, loads=loads, **kwargs)
         thread, box = ahead
         thread.join()
         if "error" in box:
             raise box["error"]
         return box["value"]
 
-    def _measure_now(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any):
+    def _measure_now(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (), **kwargs: Any):
         if self.retired:  # a cancelled grade measures nothing more
             raise BudgetSpent("not run: the grade was cancelled")
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
+        fresh.preload_libraries = tuple(loads)
         self._fresh.add(fresh)
         try:
             if self.retired:  # retired between the check above and the line before
@@ -329,11 +343,7 @@ class Worker:
         if self.child is None:
             self.start()
         if not self._vetted:  # before the child imports anything of the submission (it does so lazily)
-            from ..stages import SUBMISSION_FILES
-            from .static_check import vet
-
-            vet(self.scratch / PACKAGE, SUBMISSION_FILES)
-            self._vetted = True
+            self._vet()
         self._next_id += 1
         req_id = self._next_id
         self.printed, self.changed, self.aliased, self.trace = "", [], [], None

@@ -192,6 +192,27 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def library_imports(source: bytes | str, own: set[str]) -> tuple[set[str], set[str]]:
+    """(the modules of numpy and torch a source imports at any depth: `torch.nn.attention.bias`, and for `from
+    torch.nn import functional` also `torch.nn.functional`, which may be a module; the submission's own modules it
+    imports, by name or relatively). Both empty where it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set(), set()
+    libraries, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or "", *(f"{node.module}.{a.name}" if node.module else a.name for a in node.names)]
+        else:
+            continue
+        libraries |= {n for n in names if n.split(".")[0] in ("numpy", "torch") and "." in n}
+        modules |= {n.split(".")[0] for n in names if n.split(".")[0] in own}
+    return libraries, modules
+
+
 def _library_names(tree: ast.Module) -> set[str]:
     """The names a module binds to numpy, torch or the standard library: `np`, `F`, `nn`, `Tensor`, `math`."""
     names = set()

@@ -87,13 +87,32 @@ def grader_size() -> int:
     return size >> 24
 
 
-def _measurement(name: str):
-    from . import FUNCTIONS
+def _measurement(name: str, api=None):
+    """(target, arguments, key name, the parts of numpy and torch the files it runs import) of a declared
+    measurement."""
+    from ..sandbox.safe_files import UnusableFile, read_bytes
+    from ..sandbox.static_check import library_imports
+    from . import FUNCTIONS, SUBMISSION_FILES
 
     fn = FUNCTIONS[name]
     if not fn.measured:
         raise TypeError(f"{name} declares no measured arguments (records.Function.measured)")
-    return fn.target, fn.measured, name
+    own = {f.removesuffix(".py") for f in SUBMISSION_FILES}
+    libraries: set[str] = set()
+    folder = getattr(getattr(api, "worker", None), "submission", None)
+    todo, seen = [f.removesuffix(".py") for f in fn.reads] if folder is not None else [], set()
+    while todo:  # the files it runs, and the submission's modules they import, and theirs
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        try:
+            found, imported = library_imports(read_bytes(folder / f"{module}.py"), own)
+        except (UnusableFile, OSError):
+            continue
+        libraries |= found
+        todo += sorted(imported - seen)
+    return fn.target, fn.measured, name, tuple(sorted(libraries))
 
 
 def start_measurements(api, stage) -> None:
@@ -108,18 +127,18 @@ def start_measurements(api, stage) -> None:
     for fn in stage.functions:
         if not fn.measured:
             continue
-        target, args, what = _measurement(fn.name)
+        target, args, what, loads = _measurement(fn.name, api)
         soon = getattr(api.worker, "measure_soon", None)
         if soon is None:  # a stand-in worker (the tests'): measured when asked
             return
-        soon(target, *args, timeout=60)
-        key = _baseline_key(api, what, args)
+        soon(target, *args, timeout=60, loads=loads)
+        key = _baseline_key(api, what, args, loads)
         if key not in _BASELINE and _saved_baseline(key) is None:
-            soon(target, *args, True, timeout=60)
+            soon(target, *args, True, timeout=60, loads=loads)
 
 
-def _baseline_key(api, what, args) -> tuple:
-    return (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size())
+def _baseline_key(api, what, args, loads=()) -> tuple:
+    return (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size(), tuple(loads))
 
 
 def over_baseline(api, name: str) -> tuple:
@@ -136,17 +155,17 @@ def over_baseline(api, name: str) -> tuple:
 
     from ..child.policy import container_memory
 
-    target, args, what = _measurement(name)
-    key = _baseline_key(api, what, args)
+    target, args, what, loads = _measurement(name, api)
+    key = _baseline_key(api, what, args, loads)
     if key not in _BASELINE and (saved := _saved_baseline(key)) is not None:
         _BASELINE[key] = saved
     base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
-        target, *args, True, timeout=60)[1]))
+        target, *args, True, timeout=60, loads=loads)[1]))
     if key not in _BASELINE:
         base.start()
         if container_memory() is not None:  # in a small container, one torch-sized child at a time
             base.join()
-    value, peak, cpu = api.measure(name, *args, timeout=60)
+    value, peak, cpu = api.measure(name, *args, timeout=60, loads=loads)
     if base.ident is not None:
         base.join()
         _save_baseline(key, _BASELINE.get(key))
