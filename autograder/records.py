@@ -28,8 +28,8 @@ class Function:
     target: str  # "module:function" in the submission, or "driver:<name>" / "npdriver:<name>" (child/)
     reference: str | None = None  # "module:function" inside the attn_ref package
     reads: tuple[str, ...] = ()  # for a driver: the submission files whose code it runs
-    # a driver that measures: the arguments of its one call, run alone in a fresh child whose peak memory the
-    # grader reads, beside a baseline child that runs the same driver with baseline=True (the grader's own
+    # a driver that measures: the arguments of its one call, run alone in a fresh child whose peak memory and CPU
+    # time the grader reads, beside a baseline child that runs the same driver with baseline=True (the grader's own
     # code); both start as soon as the stage's child is ready (stages.common.start_measurements)
     measured: tuple = ()
 

@@ -25,7 +25,6 @@ class Limits:
     memory_bytes: int = 4 * 2**30
     output_bytes: int = 16 * 2**20  # largest file the child may write, its stdout included
     processes: int = 256  # when sandboxed under its own uid
-    nice: int = 0  # added to the child's niceness: the numpy side yields the cores to the torch start every grade waits for
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -148,13 +147,6 @@ def enter(limits: Limits, uid: int | None, drop: bool = True) -> None:
                     resource.setrlimit(res, (value, value))
             except (ValueError, OSError):
                 pass
-    if limits.nice > 0:  # the process's own niceness, and its session's: Linux weighs sessions against each other
-        try:
-            os.nice(limits.nice)
-            with open("/proc/self/autogroup", "w") as f:
-                f.write(str(limits.nice))
-        except OSError:
-            pass
     if uid is not None and drop:
         os.setgroups([])
         os.setgid(uid)

@@ -92,7 +92,7 @@ def to_plain(value):
         out = {}
         for k, v in dict.items(value):
             if type(k) not in _PLAIN:
-                raise TypeError(f"a dict key of type {kind.__name__}")
+                raise TypeError(f"a dict key of type {type(k).__name__}")
             out[k] = to_plain(v)
         return out
     if isinstance(value, np.ndarray):  # a subclass: the array it holds, as a plain ndarray
@@ -185,7 +185,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
     stack = open_stack_file(sub_dir)
     preload = os.environ.get("ATTN_PRELOAD")  # a measuring child: its drivers (and torch) load as part of its start,
     if preload in ("driver", "npdriver"):  # and so do the parts of numpy and torch the submission's files import
-        resolve(f"{preload}:warmup" if preload == "driver" else f"{preload}:tiled_memory_run", pkg)
+        importlib.import_module("autograder.child." + ("drivers" if preload == "driver" else "np_drivers"))
         for name in filter(None, os.environ.get("ATTN_PRELOAD_LIBRARIES", "").split(",")):
             try:
                 importlib.import_module(name)

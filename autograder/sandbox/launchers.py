@@ -75,6 +75,9 @@ def separate_user_possible() -> bool:
 _uids = itertools.count()
 
 
+ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}  # BLAS/OpenMP, per child
+
+
 def kept_env() -> dict[str, str]:
     """The only variables a child inherits: PATH and locale, and BLAS settings some CPUs need."""
     return {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(("OPENBLAS_", "OMP_", "MKL_"))}
@@ -279,7 +282,7 @@ class ForkServer:
             cmd = namespaces.wrap(cmd, self.home, None, list(hide), pid_namespace=False)
         # one BLAS/OpenMP thread, as every child gets: a library sizes its thread pool when it loads, which is
         # here, before the fork, so the children's own setting would come too late
-        env = {**kept_env(), **{k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+        env = {**kept_env(), **ONE_THREAD}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.home,
                                      env=env, start_new_session=True)
         self.lock = lock or threading.Lock()

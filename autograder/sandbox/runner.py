@@ -21,6 +21,7 @@ from ..child.policy import Limits, child_memory, plan
 from ..outcomes import BudgetSpent, GraderEnvironment, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import launchers, namespaces
 from .launchers import (
+    ONE_THREAD,
     ForkServer,
     Launched,
     SubprocessLauncher,
@@ -36,7 +37,6 @@ from .launchers import (
 from .safe_files import current, take
 
 PACKAGE = "submission"
-NUMPY_NICE = 5  # the numpy child and its measuring children: torch's start is the longer path of every grade
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 MAX_REPLY_BYTES = 256 * 2**20  # one answer from a child; the largest real one (a traced probe) is far smaller
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
@@ -85,8 +85,7 @@ class Worker:
         self.submission = Path(submission)
         self.reuse_memory = reuse_memory  # numpy child: see child/worker.py's reuse_memory
         self.launcher = zygote or SubprocessLauncher()
-        self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory),
-                                       nice=NUMPY_NICE if reuse_memory else 0)
+        self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
         self.timeout = self.limits.timeout_s
         self.child: Launched | None = None
         self.changed: list[dict] = []
@@ -124,7 +123,7 @@ class Worker:
         env.update(HOME=str(self.scratch), TMPDIR=str(self.scratch), ATTN_GRADE_TOKEN=self.token)
         # one thread per child: two children (and in a batch, several submissions) already share the
         # cores, and spinning BLAS/OpenMP threads fighting over them cost more than they bring
-        env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+        env.update(ONE_THREAD)
         if self.reuse_memory:
             env["ATTN_REUSE_MEMORY"] = "1"
         if self.preload:

@@ -59,8 +59,8 @@ def _module_allowed(name: str, own: set[str]) -> bool:
     return not (set(name.split(".")[1:]) & REFUSED_ATTRIBUTES)
 
 
-_SEEN: dict[tuple, tuple[Refusal, ...]] = {}
-_SEEN_LOCK = threading.Lock()  # (source, own) -> its refusals: a grade asks once per child
+_SEEN: dict[tuple, tuple[Refusal, ...]] = {}  # (source, own) -> its refusals: a grade asks once per child
+_SEEN_LOCK = threading.Lock()
 
 
 def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
