@@ -374,3 +374,13 @@ def test_correct_code_a_stranger_wrote_keeps_every_point(tmp_path):
     assert [r.what for r in refusals("import numpy as np\nG = getattr(np, '__dict' + '__')\n", OWN)] == [
         "getattr() with an attribute name built from strings"]
     assert [r.what for r in refusals("def f(x):\n    return x.untyped_storage()\n", OWN)] == [".untyped_storage"]
+
+
+def test_a_fused_path_that_never_uses_the_fused_call_loses_the_module_check(tmp_path):
+    """CausalSelfAttention(fused=True) whose attention ignores the flag returns the right values, but at T = 8192 it
+    builds the T x T scores: the memory the grader reads from outside costs it module_fused_path, whatever the SDPA
+    calls recorded in the child say."""
+    sub = variant(tmp_path, {"module.py": [("        if self.fused:\n", "        if self.fused and False:\n")]})
+    res = grade(sub, stages=["fused"])
+    failed = {r.check.name: r.message for r in res.stages["fused"].checks if not r.passed}
+    assert list(failed) == ["module_fused_path"] and "raised peak memory by" in failed["module_fused_path"], failed
