@@ -60,9 +60,9 @@ gradescope-local: $(VENV)/.student
 	$(PY) -m autograder.instructor.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
 
 .PHONY: regrade
-regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [SECRET_FILE=path] [TRUST=1] [FORK_SERVER=1]
+regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [OUT=results-folder] [JOBS=n] [SECRET_FILE=path] [TRUST=1]
 	$(PY) -m autograder regrade $(DIR) $(if $(SECRET_FILE),--secret-file $(SECRET_FILE)) $(if $(ANONYMIZE),--anonymize) \
-		$(if $(TRUST),--trust) $(if $(FORK_SERVER),--fork-server)
+		$(if $(TRUST),--trust) $(if $(FORK_SERVER),--fork-server) $(if $(OUT),--out $(OUT)) $(if $(JOBS),--jobs $(JOBS))
 
 .PHONY: mutants
 $(VENV)/.mutants: requirements-mutants.txt $(VENV)/.dev

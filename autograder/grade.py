@@ -19,7 +19,7 @@ from . import KIT_VERSION
 from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
 from .feedback import localise
 from .feedback.advice import next_step
-from .feedback.sources import def_line_number, enclosing_function, reached_files, rel
+from .feedback.sources import def_line_number, enclosing_function, loop_line, reached_files, rel
 from .outcomes import (
     BudgetSpent,
     CannotReplay,
@@ -37,7 +37,7 @@ from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResul
 from .sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
 from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
 from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
-from .stages.common import start_measurements
+from .stages.common import imported_libraries, start_measurements
 from .stages.fixtures import Replayer, load
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
@@ -170,12 +170,21 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                                   called=tuple(api.called)))
         except StudentAborted as e:  # it costs this check; a fresh child takes the next one
             stopped += 1
-            if stopped >= ABORTS_PER_STAGE:  # twice: it will not finish; the rest of the stage is not run
-                aborted = f"an earlier check of this stage did not finish ({e})"
-            site = getattr(e, "where", None)
-            results.append(failed(c, f"your code did not finish: {e}",
+            site, said = getattr(e, "where", None), str(e)
+            if site and isinstance(e, StudentTimeout):  # the loop it was in, the same line every run
+                line = loop_line(submission, site[0], site[1])
+                said = said.replace(f"running {site[0]}:{site[1]},", f"running {site[0]}:{line},")
+                site = (site[0], line, site[2])
+            origin = origin_of({"file": site[0]}, stage) if site else None
+            # twice: it will not finish; the rest of the stage is not run. Once where a module never finished loading
+            # (the hang was in its body: a file's body runs the same whatever the call, so every start would hang),
+            # or where it hung in another stage's code (this stage is blocked by that one, graded on its own)
+            if stopped >= ABORTS_PER_STAGE or (site and site[2] == "<module>") or (origin and origin != stage):
+                aborted = f"an earlier check of this stage did not finish ({said})"
+            results.append(failed(c, f"your code did not finish: {said}",
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
-                                  where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called)))
+                                  where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called),
+                                  origin=origin))
         except BudgetSpent as e:  # this check, and every one after it, are out of the grade's time
             aborted, budget_out = str(e), True
             results.append(not_run(c, str(e), Failure.BUDGET))
@@ -193,6 +202,11 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                 results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
         results[-1].output = capped(api.printed)
     return results
+
+
+def loading_hung(results: list[CheckResult]) -> bool:
+    """Whether a check of the stage timed out in a module's body (its import never finished): every call would."""
+    return any(r.failure == Failure.TIMEOUT and r.where and r.where.function == "<module>" for r in results)
 
 
 STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
@@ -304,8 +318,9 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
-    a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches;
-    there the numpy child inherits the server's imported torch, unused);
+    a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches; there the
+    numpy child inherits the server's imported torch, unused), or one zygote per kind of child
+    ({"numpy": ..., "torch": ...}: a regrade's numpy children fork from a server without torch);
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart);
     `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run."""
     t0 = time.monotonic()
@@ -338,10 +353,14 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
 
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
-            Worker(submission, timeout=timeout, zygote=zygote, reuse_memory=not torch)
+            Worker(submission, timeout=timeout, reuse_memory=not torch,
+                   zygote=zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote)
         worker.deadline, worker.budget_s = t0 + budget_s, budget_s
         api = StudentAPI(worker)
         try:
+            if worker.child is None:  # what the stages' files import of numpy and torch loads in the child's start
+                worker.preload_libraries = imported_libraries(submission, [f.removesuffix(".py") for n in names
+                                                                           for f in BY_NAME[n].files])
             if torch:
                 try:
                     api.warmup(timeout=max(120.0, timeout))  # imports torch, nothing of the submission
@@ -365,7 +384,8 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                     continue
                 found[name] = run_stage(api, ctx, name, submission, public_only)
                 environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
-                if not environment and any(not r.passed for r in found[name]):  # which function is wrong on its own
+                if not environment and any(not r.passed for r in found[name]) and not loading_hung(found[name]):
+                    # which function is wrong on its own (not asked where a module's body never finished loading)
                     try:
                         located.update(localise.located_for(api, ctx, name, submission))
                     except BudgetSpent:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .stages import DEPENDANTS, STAGES
 
+SLOW_S = 1.0  # a run whose first verdict takes longer shows its stages as being graded meanwhile
 CLEAR = "\033[2J\033[H"
 HOME, ERASE = "\033[H", "\033[J"  # back to the top (the screen is redrawn over itself), and clear what is left below
 
@@ -49,6 +50,7 @@ class Session:
         self.cancel = threading.Event()
         self.workers: dict = {}
         self.lock = threading.Lock()
+        self.drawing = threading.Lock()  # one screen written at a time (a run's, or the one that says it is slow)
 
     def _server(self):
         from .sandbox.launchers import warm_launcher
@@ -75,8 +77,8 @@ class Session:
                 self.workers = {}
 
     def run(self, changed: set[str] | None) -> None:
-        """Grade what `changed` reaches (everything when None): the saved stages first, then the stages that
-        use them, on one screen whose lines are updated in place. Returns early when cancelled."""
+        """Grade what `changed` reaches (everything when None): the saved file's first stage, its other stages,
+        then the stages that use them, on one screen whose lines are updated in place. Returns early when cancelled."""
         from .feedback.advice import next_step
         from .feedback.hints import remember_run
         from .report.watch_screen import screen
@@ -84,11 +86,21 @@ class Session:
 
         stages = [s.name for s in STAGES] if changed is None else affected_stages(changed)
         first = [s.name for s in STAGES] if changed is None else own_stages(changed)
-        phases = [p for p in (first, [n for n in stages if n not in first]) if p]
+        # a file written for several stages (module.py: heads, kv_cache, fused) shows its first stage's verdict
+        # before the others are graded (their fresh measuring children take a few tenths of a second)
+        split = [first] if changed is None else [first[:1], first[1:]]
+        phases = [p for p in (*split, [n for n in stages if n not in first]) if p]
         merged = None
+        # a verdict that takes long (a call running into its limit) is not waited for on the old screen: after
+        # SLOW_S the stages of this run show as being graded, until their verdicts replace them
+        shown = threading.Event()  # set once this run has drawn a screen of its own
+        waiting = threading.Timer(SLOW_S, self._show_grading, args=(stages, shown))
+        waiting.daemon = True
+        waiting.start()
         for i, phase in enumerate(phases):
             res = self._grade(phase)
             if res is None or self.cancel.is_set():
+                waiting.cancel()
                 return
             self.kit.update(res.stages)
             agree_with_grade(self.kit, self.folder)  # the statuses `make grade` would give
@@ -100,11 +112,28 @@ class Session:
             # the statuses are the kit's, decided again as `make grade` would: so is the next step
             merged.next_step = next_step(merged, {n: sr.status for n, sr in self.kit.items()})
             pending = [n for p in phases[i + 1:] for n in p]
-            self.out.write((CLEAR if i == 0 else HOME) + screen(merged, self.kit, stages, self.color, pending)
-                           + ERASE + "\n")
-            self.out.flush()
+            waiting.cancel()
+            with self.drawing:
+                # one clear screen per run (drawn over from then on): this one's, unless the slow screen was its first
+                self.out.write((HOME if shown.is_set() else CLEAR) + screen(merged, self.kit, stages, self.color, pending)
+                               + ERASE + "\n")
+                self.out.flush()
+                shown.set()
         if merged is not None:
             remember_run(merged)
+
+    def _show_grading(self, stages: list[str], shown: threading.Event) -> None:
+        """The screen while a run's first verdict is slow: the header and every stage of the run as being graded."""
+        from .report.watch_screen import screen
+        from .results import Results
+
+        with self.drawing:
+            if shown.is_set() or self.cancel.is_set():
+                return
+            self.out.write(CLEAR + screen(Results(self.folder, {}, 0), self.kit, stages, self.color, stages) + ERASE
+                           + "\n")
+            self.out.flush()
+            shown.set()
 
     def stop_grading(self) -> None:
         """Cancel the grade in progress: its children are ended now (a call in flight fails at once) and
@@ -125,11 +154,12 @@ STOP_SIGNALS = ("SIGINT", "SIGHUP", "SIGTERM")
 
 
 def ends_with_terminal() -> None:
-    """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does."""
+    """Closing the terminal (SIGHUP) or `kill` (SIGTERM) stops watching as Ctrl-C does; and Ctrl-C stops it even
+    where it was started with SIGINT ignored (a job started in the background by a shell without job control)."""
     def stop(signum, frame):
         raise KeyboardInterrupt
 
-    for name in STOP_SIGNALS[1:]:
+    for name in STOP_SIGNALS:
         if hasattr(signal, name) and threading.current_thread() is threading.main_thread():
             signal.signal(getattr(signal, name), stop)
 

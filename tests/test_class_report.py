@@ -73,7 +73,7 @@ def test_counts_match_what_was_planted(batch):
     rows = list(csv.DictReader(open(batch / "diagnoses.csv")))
     per_student = {}
     for r in rows:
-        per_student.setdefault(r["submission"], set()).add(r["diagnosis"])
+        per_student.setdefault(r["student"], set()).add(r["diagnosis"])
     for name, mistakes in PLANTED.items():
         assert per_student.get(name, set()) == set(mistakes), (name, per_student.get(name))
     counts = Counter(r["diagnosis"] for r in rows)
@@ -118,6 +118,19 @@ def test_anonymized_report_from_a_results_folder(batch, tmp_path):
         assert name not in page and f"\n{name}," not in table
     assert pseudonym("bob") in table and pseudonym("bob") == pseudonym("bob") and pseudonym("gina") in page
     assert "def " not in page and "import " not in page  # never any code
+    # found by a stranger TA: the pseudonyms came in the order of the real names (alice's row first)
+    shown = re.findall(r"<tr><td class='name'>(student-[0-9a-f]{8})</td>", page.split("id='students'")[1].split("</table>")[0])
+    assert len(shown) == len(STUDENTS) and shown == sorted(shown), shown
+    rows = [line.split(",")[0] for line in table.splitlines()[1:]]
+    assert rows == sorted(rows)
+
+
+def test_an_inferred_diagnosis_is_listed_with_the_stage_of_its_file():
+    """Found by a stranger TA: diagnoses.csv and the mistakes table left an inferred diagnosis's stage blank."""
+    from autograder.stages import CATALOGUE
+
+    assert class_report.stage_of_mistake("inferred-cache-contents") == "kv_cache"
+    assert all(class_report.stage_of_mistake(d) for d in CATALOGUE)
 
 
 def test_page_is_self_contained_with_plots(batch):

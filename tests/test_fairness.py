@@ -64,6 +64,14 @@ def test_tiled_loop_with_converted_inputs_keeps_full_marks(tmp_path, name):
     full_marks(variant(tmp_path, {"tiled.py": [(TILED_START, TILED_VARIANTS[name] + TILED_START)]}), ["tiled"])
 
 
+def test_a_numpy_stage_that_imports_torch_keeps_its_memory_points(tmp_path):
+    """Found while the numpy children moved to a fork server without torch (and true of `make grade` before): torch
+    imported at the top of tiled.py loaded inside the measured call, 66 MiB counted as the loop's own. The parts
+    of torch a file imports load in the measuring child's start, the baseline's too."""
+    sub = variant(tmp_path, {"tiled.py": [("import numpy as np\n", "import numpy as np\nimport torch  # noqa: F401\n")]})
+    full_marks(sub, ["tiled"])
+
+
 def test_tiled_loop_that_reads_every_block_still_fails(tmp_path):
     sub = variant(tmp_path, {"tiled.py": [("last_key = offset + i1 - 1 if causal else n_k - 1", "last_key = n_k - 1")]})
     res = grade(sub, stages=["tiled"])

@@ -17,7 +17,26 @@ def pip_calls(monkeypatch):
         returncode = 0
 
     monkeypatch.setattr(install.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or Done())
+    monkeypatch.setattr(install, "installed", lambda pin: False)  # a first install (this venv has torch already)
     return calls
+
+
+def test_an_installed_torch_asks_no_index_and_says_nothing(pip_calls, monkeypatch, capsys):
+    """Found by strangers: a make target that found the venv's stamp older than the requirements re-ran the install,
+    which probed the CPU index (10 s where it cannot be reached) and warned about a torch it was not going to
+    install. The pinned torch already there: no probe, no warning, one pip call that has nothing to do."""
+    monkeypatch.setattr(install, "installed", lambda pin: True)
+    monkeypatch.setattr(install, "reachable", lambda index, timeout=10.0: pytest.fail("the index was probed"))
+    monkeypatch.setenv("TORCH_INDEX", "http://127.0.0.1:9/whl/cpu")
+    assert install.main([str(ROOT / "requirements-student.txt")]) == 0
+    assert capsys.readouterr().err == ""
+    assert len(pip_calls) == 1 and pip_calls[0][-2:] == ["-r", str(ROOT / "requirements-student.txt")]
+
+
+def test_installed_compares_the_pinned_version():
+    from importlib.metadata import version
+
+    assert install.installed(f"torch=={version('torch')}") and not install.installed("torch==0.0.1")
 
 
 def test_unreachable_index_falls_back_with_one_warning(pip_calls, monkeypatch, capsys):

@@ -148,3 +148,17 @@ def test_regrade_children_cannot_touch_the_batch_home_or_checkout(tmp_path, monk
     assert rows["alice"] == rows["mallory"] == 100, rows
     assert (batch / "alice" / "softmax.py").read_text() == before
     assert not home_marker.exists()
+
+
+def test_the_new_root_is_built_where_nothing_the_child_keeps_lies():
+    """The private tmpfs the new root is made in is mounted over a folder first: never over one that holds the
+    child's scratch (a TMPDIR in /dev/shm would have vanished under it before it was bound)."""
+    from autograder.sandbox.namespaces import spec
+
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    with tempfile.TemporaryDirectory(prefix="attn-grade-") as usual, \
+            tempfile.TemporaryDirectory(prefix="attn-grade-", dir="/dev/shm") as moved:
+        assert spec(Path(usual), None)["parent"] == "/dev/shm"
+        made = spec(Path(moved), None)
+        assert made["parent"] != "/dev/shm" and made["root"].startswith(made["parent"] + "/")

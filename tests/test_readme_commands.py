@@ -21,7 +21,8 @@ AS_RUN = {
     "make autograder [SECRET=...]": "make autograder SECRET=readme-test",
     "make gradescope-local SUBMISSION=PATH": "make gradescope-local SUBMISSION=solutions",
     # the secret file the earlier `make autograder` wrote: the regrade draws the zip's hidden inputs
-    "make regrade DIR=folder [SECRET_FILE=path] [TRUST=1]": "make regrade DIR=batch SECRET_FILE=dist/autograder.secret" + TRUST,
+    "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [TRUST=1]":
+        "make regrade DIR=batch OUT=graded JOBS=2 SECRET_FILE=dist/autograder.secret" + TRUST,
     "make regrade DIR=folder ANONYMIZE=1": "make regrade DIR=batch ANONYMIZE=1" + TRUST,
     "python -m autograder class-report RESULTS_DIR": "python -m autograder class-report batch-results",
     "python -m autograder grade --submission PATH": "python -m autograder grade --submission solutions",
@@ -40,7 +41,7 @@ EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make autograder SECRET=readme-test": Path("dist/autograder.secret"),
     "make autograder HIDDEN_VISIBILITY=after_due_date": Path("dist/autograder.zip"),
     "make gradescope-local SUBMISSION=solutions": Path("dist/gradescope-local/results/results.json"),
-    "make regrade DIR=batch SECRET_FILE=dist/autograder.secret" + TRUST: Path("batch-results/grades.csv"),
+    "make regrade DIR=batch OUT=graded JOBS=2 SECRET_FILE=dist/autograder.secret" + TRUST: Path("graded/grades.csv"),
     "make regrade DIR=batch ANONYMIZE=1" + TRUST: Path("batch-results/diagnoses.csv"),
     "make nbgrader": Path("dist/nbgrader/source/attention/attention.ipynb"),
     "make otter": Path("dist/otter/result/student/attention.ipynb"),
@@ -96,7 +97,8 @@ def repo(tmp_path_factory):
 
 def test_every_readme_command_runs_as_written(repo):
     cmds = commands((ROOT / "README.md").read_text())
-    assert {"make grade", "make otter", "make regrade DIR=folder [SECRET_FILE=path] [TRUST=1]", "make gpu-check"} <= set(cmds)
+    assert {"make grade", "make otter", "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [TRUST=1]",
+            "make gpu-check"} <= set(cmds)
     for written in cmds:
         if written in NOT_HERE:
             continue

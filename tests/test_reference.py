@@ -43,6 +43,32 @@ def test_every_article_section_with_numbers_is_covered():
         assert need in sections, need
 
 
+def test_every_section_the_kit_cites_is_in_its_article():
+    """Found by a stranger student: two inferred diagnoses sent them to reread sections no article has (Article A,
+    'Turn scores into weights with softmax'). Every section named where a student reads it (a diagnosis's reread,
+    a check's citation, a worked number's section) is one of the headings the kit declares (SECTIONS); and where
+    the articles are at hand (beside the checkout), each declared heading is in its article."""
+    import re
+
+    from autograder.stages import CATALOGUE, CHECKS
+    from autograder.stages.article_numbers import SECTIONS
+
+    cited = [(m.id, m.reread) for m in CATALOGUE.values()] + [(c.id, c.cite) for c in CHECKS]
+    cited += [(w.id, f"Article {w.article}, '{w.section}'") for w in WORKED]
+    found = [(who, a, " ".join(sec.split())) for who, words in cited
+             for a, sec in re.findall(r"Article ([AB]), '([^']+)'", words)]
+    assert len(found) > 50
+    for who, article, section in found:
+        assert section in SECTIONS[article], (who, article, section)
+    folder = ROOT.parent / "shared" / "articles"
+    if not folder.is_dir():
+        pytest.skip("the articles are not beside this checkout: the declared headings are not compared with them")
+    for article, name in (("A", "000_ad6340b3b26d7c94.txt"), ("B", "001_774abd5489e74511.txt")):
+        text = " ".join((folder / name).read_text().split())
+        for section in SECTIONS[article]:
+            assert section in text, (article, section)
+
+
 @pytest.mark.parametrize("T_q,T_k,causal", [(5, 5, True), (6, 6, False), (3, 7, True), (1, 9, True)])
 def test_reference_agrees_with_sdpa(T_q, T_k, causal):
     rng = np.random.default_rng(0)

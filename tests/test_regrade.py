@@ -23,12 +23,26 @@ def test_regrade_folder(tmp_path):
     shutil.copytree(variant(tmp_path / "v", {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}),
                     batch / "carol")
     (batch / "dave.zip").write_text("not a zip at all")
+    # found by a stranger TA: a .tar.gz or a loose .py got no row at all, and an empty folder's next step named
+    # the batch's path on the instructor's machine
+    (batch / "erin.tar.gz").write_bytes(b"\x1f\x8b")
+    shutil.copy(SOLUTIONS / "softmax.py", batch / "frank.py")
+    (batch / "gina").mkdir()
+    (batch / "submission_metadata.yml").write_text("a file Gradescope's export holds: not a submission\n")
     out = regrade(batch, jobs=2, quiet=True, trust=TRUST)
     rows = {r["submission"]: r for r in csv.DictReader(open(out / "summary.csv"))}
-    assert set(rows) == {"alice", "bob", "carol", "dave.zip"}
+    assert set(rows) == {"alice", "bob", "carol", "dave.zip", "erin.tar.gz", "frank.py", "gina"}
     assert float(rows["alice"]["total"]) == CORE_POINTS and float(rows["bob"]["total"]) == 0
     assert float(rows["carol"]["masking"]) < 16 and float(rows["carol"]["softmax"]) == 12
     assert rows["dave.zip"]["error"]
+    assert "archive is not read" in rows["erin.tar.gz"]["error"] and "single .py file" in rows["frank.py"]["error"]
+    students = {r["student"] for r in csv.DictReader(open(out / "grades.csv"))}
+    assert students == {"alice", "bob", "carol", "dave", "erin", "frank", "gina"}
+    assert "no stage modules found" in rows["gina"]["error"]  # an empty folder is told from the stubs
+    alice = json.loads((out / "alice.json").read_text())
+    assert "every stage passes" in alice["output"] and "make submit" not in alice["output"]  # handed in already
+    for page in out.iterdir():
+        assert str(batch) not in page.read_text(), page.name
     carol = json.loads((out / "carol.json").read_text())
     assert any(t["extra_data"]["diagnosis"] == "mask-top-left" for t in carol["tests"])
 
@@ -93,9 +107,9 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
         assert float(rows[name]["total"]) == CORE_POINTS, (name, rows[name]["error"])
     servers = len(starts.read_text().split())
     if guard == "on" or (not same_user and sb.separate_user_possible()):  # refused: aaron's import fails
-        assert float(rows["aaron"]["softmax"]) < 12 and servers == 1
+        assert float(rows["aaron"]["softmax"]) < 12 and servers == 2  # the batch's numpy and torch servers
     else:
-        assert servers >= 2, "aaron killed the shared server: a process started its own to grade again"
+        assert servers >= 3, "aaron killed a shared server: a process started its own to grade again"
 
 
 def test_grade_one_replaces_a_dead_server(monkeypatch):
@@ -106,11 +120,12 @@ def test_grade_one_replaces_a_dead_server(monkeypatch):
     dead = Zygote()
     dead.close()
     assert not dead.alive()
-    monkeypatch.setattr(rg, "_zygote", dead)
+    monkeypatch.setattr(rg, "_zygotes", {"numpy": dead, "torch": dead})
     r = rg.grade_one(SOLUTIONS, None, 0, 10.0)
     assert r["error"] is None and r["results"]["score"] == CORE_POINTS
-    assert rg._zygote is not dead and rg._zygote.alive()
-    rg._zygote.close()
+    for kind, server in rg._zygotes.items():
+        assert server is not dead and server.alive() and server.torch == (kind == "torch")
+        server.close()
 
 
 @pytest.mark.skipif(not separate_user_possible(), reason="the fork-server option needs root and a shared interpreter")
@@ -172,3 +187,28 @@ def test_a_fork_server_child_can_neither_read_dist_nor_reach_the_network(tmp_pat
         shutil.rmtree(dist) if made else secret.unlink()
     row = next(csv.DictReader(open(out / "summary.csv")))
     assert float(row["softmax"]) == 12, json.loads((out / "mallory.json").read_text())["tests"][0]["output"]
+
+
+def test_a_zip_leaves_none_of_its_code_in_the_temp_folder(tmp_path, monkeypatch):
+    """Found by a stranger TA: every zip of a batch was unpacked into the temp folder (attn-sub-*) and left there,
+    the student's code readable after the regrade ended."""
+    import tempfile
+    import zipfile
+
+    import autograder.instructor.regrade as rg
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    z = tmp_path / "alice.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        for p in SOLUTIONS.glob("*.py"):
+            f.write(p, f"alice/{p.name}")
+    try:
+        r = rg.grade_one(z, None, 0, 10.0)
+    finally:
+        for server in rg._zygotes.values():
+            server.close()
+        rg._zygotes.clear()
+    assert r["error"] is None and r["results"]["score"] == CORE_POINTS
+    assert not list(tmp.glob("attn-sub-*")), list(tmp.iterdir())

@@ -27,6 +27,39 @@ def test_endless_loop_costs_only_its_stage(tmp_path):
     assert took < 30  # one timeout per stage, not one per check
 
 
+def test_a_module_that_never_finishes_loading_costs_one_limit_per_stage(tmp_path):
+    """An endless loop in a file's body hangs every start that imports it, whatever the call: its stage stops after
+    the first (it had waited out the limit three times, twice more for each stage using it), the stages that import
+    it are blocked by it, and the next step names the line outside any function."""
+    # a loop whose body takes nearly all its time: the hang is caught in the body, the loop's line is what is named
+    loop = "while True:\n    _ = sum(range(10_000))\n"
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import numpy as np\n" + loop)]})
+    line = (sub / "softmax.py").read_text().splitlines().index("while True:") + 1
+    res = grade(sub, stages=["softmax", "dot_products", "projections"], timeout=1.0)
+    for stage in ("softmax", "dot_products"):
+        hung = [r for r in res.stages[stage].checks if r.failure == "timeout"]
+        # the loop's own line, every run (a stranger TA saw the line, and so the next step, flip between the loop's
+        # header and its body from one regrade to the next)
+        assert len(hung) == 1 and hung[0].where.file == "softmax.py" and hung[0].where.line == line, hung
+        assert all(f"softmax.py:{line}," in r.message for r in hung)
+    assert res.stages["dot_products"].status == "blocked" and res.stages["dot_products"].blocked_by == "softmax"
+    assert res.stages["projections"].status == "passed"
+    at = next(r.where.line for r in res.stages["softmax"].checks if r.failure == "timeout")
+    assert f"softmax.py never finished loading: line {at}, outside any function" in res.next_step
+
+
+def test_a_hang_in_another_stages_code_blocks_a_stage_after_one_limit(tmp_path):
+    """Found by a stranger TA: an endless loop in causal_mask cost heads, gqa and rope two limits each (the second
+    three times as long, in a fresh child), 150 s of one submission's regrade, and they read as failed. A stage
+    whose call hangs in another stage's code stops there, blocked by that stage."""
+    sub = variant(tmp_path, {"masking.py": [("    if n_k is None:\n        n_k = n_q\n", "    while True:\n        pass\n")]})
+    res = grade(sub, stages=["softmax", "masking", "heads"], timeout=1.0)
+    hung = [r for r in res.stages["heads"].checks if r.failure == "timeout"]
+    assert len(hung) == 1 and hung[0].where.file == "masking.py", hung
+    assert res.stages["heads"].status == "blocked" and res.stages["heads"].blocked_by == "masking"
+    assert len([r for r in res.stages["masking"].checks if r.failure == "timeout"]) == 2  # its own: twice, as before
+
+
 def test_interpreter_crash_and_systemexit(tmp_path):
     sub = variant(tmp_path, {
         "softmax.py": [(SOFTMAX_BODY, f"    {SEGFAULT}\n")],

@@ -314,7 +314,9 @@ def test_an_endless_answer_is_cut_off_without_the_grader_drowning(tmp_path, stat
 @pytest.mark.skipif(not __import__("autograder.child.no_processes", fromlist=["x"]).supported(),
                     reason="the seccomp filter exists on Linux x86_64 and aarch64")
 @pytest.mark.parametrize("line", [f"{MODULES}['os'].fork() or {MODULES}['os'].execv('/usr/bin/touch', ['touch', 'MARK'])",
-                                  f"{MODULES}['builtins'].__import__('_socket').socket()"])
+                                  f"{MODULES}['builtins'].__import__('_socket').socket()",
+                                  # found by a stranger: a file in memory, which no address-space limit counts
+                                  f"{MODULES}['os'].memfd_create('x')"])
 def test_the_kernel_refuses_processes_and_sockets_beneath_the_guard(line, tmp_path, static_check_off, monkeypatch):
     """With the guard switched off (as if a call had slipped past it: `_posixsubprocess.fork_exec` reports no audit
     event), the child's seccomp filter still refuses new processes, programs and sockets: no program runs."""
@@ -387,3 +389,62 @@ def test_a_returned_container_is_read_without_running_anything_of_the_submission
     sm = grade(sub, stages=["softmax"]).stages["softmax"]
     said = " ".join(r.message for r in sm.checks)
     assert "gathered []" in said and "'usr'" not in said, said[:600]
+
+
+FROM_FILE_PROBE = '''
+
+def probe_link(name):
+    import typing
+    try:
+        typing.sys.modules["os"].symlink("/etc/hostname", name)
+    except Exception as e:  # noqa: BLE001
+        return "refused: " + str(e)
+    return "linked"
+
+
+def probe_write(name):
+    import torch
+    opener = getattr(torch, "from" + "_file")  # a name the static check cannot read
+    try:
+        opener(name, True, 8, dtype=torch.uint8).fill_(66)
+    except Exception as e:  # noqa: BLE001
+        return "refused: " + str(e)
+    return "wrote"
+'''
+
+
+@pytest.mark.skipif(not __import__("autograder.child.no_writes", fromlist=["x"]).available(),
+                    reason="Landlock exists on Linux 5.13 and later")
+def test_a_file_a_library_opens_from_its_own_code_is_refused(tmp_path, static_check_off, monkeypatch):
+    """Found by a stranger attacker: torch's from_file, reached under a computed name, opens and creates files from
+    C++, which the run-time guard (an audit hook) never sees; in a regrade a file left in the server's private /tmp
+    was a channel between submissions. The kernel's Landlock ruleset refuses every write the child would make
+    outside its own scratch folder (which goes with it); with the ruleset off, the same call writes."""
+    import uuid
+
+    from autograder.sandbox.runner import Worker
+
+    sub = variant(tmp_path, {})
+    (sub / "rope.py").write_text((sub / "rope.py").read_text() + FROM_FILE_PROBE)
+    said, left = {}, f"/tmp/left-behind-{uuid.uuid4().hex}.bin"  # in namespaces, the child's private /tmp
+    for landlock in ("on", "off"):
+        monkeypatch.setenv("ATTN_LANDLOCK", landlock)
+        w = Worker(sub)
+        try:
+            said[landlock] = w.call("rope:probe_write", left)
+        finally:
+            w.close()
+    __import__("pathlib").Path(left).unlink(missing_ok=True)  # without namespaces the machine's /tmp
+    assert said["off"] == "wrote", said  # the probe itself works
+    assert said["on"].startswith("refused") and "Permission denied" in said["on"], said
+    # in its own folder a file may be made, never a link (found by a stranger: the grader reads the child's output by
+    # name there); with the run-time guard off, as if a call had slipped past it
+    monkeypatch.setenv("ATTN_GUARD", "off")
+    for landlock in ("on", "off"):
+        monkeypatch.setenv("ATTN_LANDLOCK", landlock)
+        w = Worker(sub)
+        try:
+            said[landlock] = w.call("rope:probe_link", "output-link.txt")
+        finally:
+            w.close()
+    assert said["off"] == "linked" and said["on"].startswith("refused"), said

@@ -1,5 +1,7 @@
 """What a submission may use (autograder/sandbox/static_check.py), and measurements it cannot reach: each hostile
 submission here gains nothing and costs only its own stage; correct code from elsewhere keeps every point."""
+import os
+
 import pytest
 from conftest import ROOT, SOLUTIONS, grade, variant
 
@@ -46,6 +48,15 @@ def test_each_escape_is_refused_with_its_line(name):
     assert found and found[0].line >= 3, (name, found)
 
 
+def test_a_helper_file_of_ones_own_is_named_in_the_refusal():
+    """Found by a stranger TA: `from .helpers import load` read "from .helpers import ...." in the message (its
+    ellipsis ran into the sentence's full stop), and did not say why."""
+    from autograder.sandbox.static_check import describe
+
+    text = describe("softmax.py", refusals("import numpy as np\nfrom .helpers import load, save\n", OWN))
+    assert "line 2: from .helpers import load, save (helpers.py is not one of the stage modules). Only" in text, text
+
+
 def test_correct_code_from_elsewhere_is_not_refused():
     folders = [ROOT / "solutions", ROOT / "exercises", ROOT / "tests" / "outside"]
     for path in (p for folder in folders for p in folder.glob("*.py")):
@@ -67,6 +78,18 @@ def test_a_refused_stage_fails_alone_and_says_why(tmp_path):
     assert sm.score == 0 and all("softmax.py was refused before any of it ran: line" in r.message for r in sm.checks)
     assert all("import importlib" in r.message for r in sm.checks)
     assert res.stages["projections"].status == res.stages["scaling"].status == "passed"
+
+
+def test_a_refused_file_points_the_student_at_its_refused_line(tmp_path):
+    """The next step and a dependent stage's traceback name the refused line (a TA saw them point at line 1, and
+    the next step say the function's own output was wrong, though none of it ran)."""
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_IMPORT, SOFTMAX_IMPORT + "import os\n")]})
+    line = (sub / "softmax.py").read_text().splitlines().index("import os") + 1
+    res = grade(sub, stages=["softmax", "dot_products"])
+    assert res.next_step.startswith(f"fix stage 1 (softmax): softmax.py was refused before any of it ran: line {line}:")
+    assert "output is wrong" not in res.next_step
+    raised = [r for r in res.stages["dot_products"].checks if r.error]
+    assert raised and all(r.error.get("file") == "softmax.py" and r.error.get("line") == line for r in raised)
 
 
 def test_the_rule_is_in_the_student_readme():
@@ -100,6 +123,22 @@ def test_defaults_are_read_from_the_source(tmp_path):
     res = grade(forged, stages=["softmax"])
     defaults = [r for r in res.stages["softmax"].checks if r.check.name == "keeps_the_defaults"]
     assert defaults and not defaults[0].passed and "rebound" in defaults[0].message
+
+
+def test_defaults_written_another_way_with_the_same_value_keep_their_points(tmp_path):
+    """Found by a stranger student: 0 for the contract's float 0.0, 10_000 for 10000.0 and torch.float (torch's own
+    name for torch.float32) give a caller the same value and lost half a point each, compared as text. An int the
+    contract writes must stay an int (20000.0 pairs cannot size an array)."""
+    from autograder.sandbox.static_check import same_default
+
+    assert same_default("0", "0.0") and same_default("10000", "10000.0") and same_default("torch.float", "torch.float32")
+    assert not same_default("20000.0", "20000") and not same_default("0.5", "0.0") and not same_default("1", "True")
+    sub = variant(tmp_path, {"fused.py": [("    dropout_p: float = 0.0,", "    dropout_p: float = 0,")],
+                             "kv_cache.py": [("dtype: torch.dtype = torch.float32,", "dtype: torch.dtype = torch.float,")],
+                             "rope.py": [("base: float = 10000.0)", "base: float = 10_000)")]})
+    res = grade(sub, stages=["kv_cache", "fused", "rope"])
+    kept = {n: [r for r in res.stages[n].checks if r.check.name == "keeps_the_defaults"][0] for n in res.stages}
+    assert all(r.passed for r in kept.values()), {n: r.message for n, r in kept.items()}
 
 
 def test_defaults_a_decorator_changes_at_run_time_fail(tmp_path):
@@ -262,6 +301,31 @@ def test_the_baselines_are_kept_only_where_no_child_can_rewrite_them(monkeypatch
     assert common._baseline_file(("sdpa-peak", False, (8192, 32))) is not None
 
 
+def test_a_baseline_is_kept_for_each_kind_of_server_a_child_forks_from():
+    """A numpy child forked from a server holding torch starts far larger than one forked from a numpy server, so a
+    baseline measured from one is no baseline for the other. They had one key: a tiled baseline kept from a numpy
+    server's child (35 MiB) was taken for a torch server's (about 170 MiB), and the correct tiled loop lost
+    tiled_memory_linear ("raised peak memory by 133 MiB")."""
+    from types import SimpleNamespace
+
+    from autograder.sandbox.launchers import ForkServer
+    from autograder.sandbox.runner import Worker
+    from autograder.stages.common import _baseline_key
+
+    peaks, keys = {}, {}
+    for torch_loaded in (False, True):
+        server = ForkServer(torch=torch_loaded)
+        w = Worker(SOLUTIONS, zygote=server)
+        try:
+            peaks[torch_loaded] = w.measure("npdriver:tiled_memory_run", 256, 16, 64, True)[1]
+        finally:
+            w.close()
+            server.close()
+        keys[torch_loaded] = _baseline_key(SimpleNamespace(worker=w), "tiled_memory_run", (256, 16, 64), ("numpy",))
+    assert peaks[True] - peaks[False] > 50 * 2**20, peaks  # what one key had mixed up
+    assert keys[True] != keys[False]
+
+
 def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
     """A stage's declared measurements start as soon as its child is ready, each in a fresh child of its own:
     the check that asks for one takes that child's result (no second child), and one that no check took is ended
@@ -384,3 +448,76 @@ def test_a_fused_path_that_never_uses_the_fused_call_loses_the_module_check(tmp_
     res = grade(sub, stages=["fused"])
     failed = {r.check.name: r.message for r in res.stages["fused"].checks if not r.passed}
     assert list(failed) == ["module_fused_path"] and "raised peak memory by" in failed["module_fused_path"], failed
+
+
+def test_a_measuring_childs_file_is_a_link_only_while_its_source_holds_the_same_bytes(tmp_path):
+    """A grade's measuring children link the submission's files from its worker's copy (a new file costs ext4 an
+    inode search, a link does not), but only while that copy holds the grade's bytes: a copy some child changed is
+    never passed on, and a copy that is gone is written anew."""
+    from autograder.sandbox.runner import place
+
+    source, dest = tmp_path / "worker", tmp_path / "fresh"
+    source.mkdir()
+    dest.mkdir()
+    (source / "softmax.py").write_bytes(b"x = 1\n")
+    (source / "masking.py").write_bytes(b"x = 'changed by a child'\n")
+    place(dest / "softmax.py", b"x = 1\n", source)
+    place(dest / "masking.py", b"x = 2\n", source)
+    place(dest / "heads.py", b"x = 3\n", source)  # none in the source
+    assert (dest / "softmax.py").stat().st_ino == (source / "softmax.py").stat().st_ino
+    assert (dest / "masking.py").read_bytes() == b"x = 2\n"
+    assert (dest / "masking.py").stat().st_ino != (source / "masking.py").stat().st_ino
+    assert (dest / "heads.py").read_bytes() == b"x = 3\n"
+    # a link put in its place, or (found by a stranger) a file of a child's own uid: written anew, never linked
+    (tmp_path / "elsewhere.py").write_bytes(b"x = 4\n")
+    (source / "rope.py").symlink_to(tmp_path / "elsewhere.py")
+    place(dest / "rope.py", b"x = 4\n", source)
+    assert not (dest / "rope.py").is_symlink() and (dest / "rope.py").stat().st_ino != (tmp_path / "elsewhere.py").stat().st_ino
+    if os.geteuid() == 0:
+        (source / "gqa.py").write_bytes(b"x = 5\n")
+        os.chown(source / "gqa.py", 4242, 4242)
+        place(dest / "gqa.py", b"x = 5\n", source)
+        assert (dest / "gqa.py").stat().st_ino != (source / "gqa.py").stat().st_ino
+
+
+def test_a_child_preloads_only_the_library_modules_the_rule_allows():
+    """What a child loads in its start is named by the submission's import statements, and only where the rule
+    allows that import: a refused `import torch.utils.cpp_extension` in a file the static check rejects is never
+    loaded by the grader's own code, where the run-time guard would not ask."""
+    from autograder.sandbox.static_check import library_imports
+
+    src = (b"import torch.utils.cpp_extension\nimport torch.nn.functional as F\nfrom numpy.ctypeslib import load_library\n"
+           b"import torch\n")
+    assert library_imports(src, {"softmax"})[0] == {"torch", "torch.nn.functional"}
+
+
+PRELOAD_PROBE = ("import typing\nLOADED_FIRST = set(typing.sys.modules)\n"  # what was loaded before this file ran
+                 "from torch.nn.attention.bias import causal_lower_right  # noqa: F401\n"
+                 "def loaded_first(name):\n    return name in LOADED_FIRST\n")
+
+
+def test_the_grading_child_loads_the_torch_parts_the_stages_import_in_its_start(tmp_path, monkeypatch):
+    """A top-level import of a heavy part of torch (torch._dynamo, through causal_lower_right) loads in the torch
+    child's start, before its first call's clock: the grade names it from the stages' files, the child loads it."""
+    from autograder.sandbox import runner
+    from autograder.stages.common import imported_libraries
+
+    sub = variant(tmp_path, {})
+    (sub / "fused.py").write_text(PRELOAD_PROBE + (sub / "fused.py").read_text())
+    libraries = imported_libraries(sub, ["module"])  # module.py imports fused.py, which imports the bias
+    assert "torch.nn.attention.bias" in libraries
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")  # the probe reads typing.sys, which the rule refuses
+    loaded = {}
+    for preload in ((), libraries):
+        w = runner.Worker(sub)
+        w.preload_libraries = preload
+        try:
+            loaded[preload] = w.call("fused:loaded_first", "torch.nn.attention.bias")
+        finally:
+            w.close()
+    assert loaded == {(): False, libraries: True}
+    started = []  # and the grade asks for them
+    real = runner.Worker.start
+    monkeypatch.setattr(runner.Worker, "start", lambda self: started.append(self.preload_libraries) or real(self))
+    grade(sub, stages=["fused"])
+    assert "torch.nn.attention.bias" in started[0], started

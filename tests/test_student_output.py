@@ -86,3 +86,14 @@ def test_a_hang_in_a_torch_stage_names_its_line(tmp_path):
     hung = [r for r in failing(res, "heads") if r.failure == "timeout"]
     assert hung and all(re.search(r"it was running module\.py:\d+, in heads_of", r.message) for r in hung), \
         [(r.check.name, r.message) for r in failing(res, "heads")]
+
+
+def test_a_warning_names_the_students_file_not_the_graders_folder(tmp_path):
+    """Found by a stranger TA: numpy's RuntimeWarning from an unstable softmax showed the sandbox's scratch path
+    (.../attn-grade-.../submission/softmax.py:27), which also made two runs' pages differ."""
+    sub = variant(tmp_path, {"softmax.py": [("    top = np.max(scores, axis=axis, keepdims=True)\n",
+                                             "    top = 0 * np.max(scores, axis=axis, keepdims=True)\n")]})
+    res = grade(sub, stages=["softmax"])
+    printed = " ".join(r.output for r in res.stages["softmax"].checks)
+    assert "RuntimeWarning" in printed and "softmax.py:" in printed, printed
+    assert "attn-grade-" not in printed and "/submission/" not in printed, printed

@@ -26,6 +26,33 @@ def test_affected_stages_follow_the_calls():
             assert s.name in got
 
 
+def test_a_file_of_several_stages_shows_its_first_verdict_before_the_others_are_graded(tmp_path):
+    """module.py is written for heads, kv_cache and fused: a save shows heads' verdict on the screen before the
+    other two (with their fresh measuring children) are graded, then the stages that use them."""
+    from io import StringIO
+
+    from autograder.stages import BY_NAME
+    from autograder.watch import Session, own_stages
+
+    own = own_stages({"module.py"})
+    assert len(own) > 1
+    sub = tmp_path / "s"
+    shutil.copytree(SOLUTIONS, sub)
+    out = StringIO()
+    session = Session(sub, 10.0, False, out)
+    seen = []
+    real = session._grade
+    session._grade = lambda stages: seen.append((stages, out.getvalue())) or real(stages)
+    try:
+        session.run({"module.py"})
+    finally:
+        session.close()
+    first = BY_NAME[own[0]]
+    assert seen[0] == ([first.name], "")
+    assert seen[1][0] == own[1:] and f"stage {first.number} {first.name}: passed" in seen[1][1]
+    assert all(f"stage {BY_NAME[n].number} {n}: passed" in out.getvalue() for n in own)
+
+
 def test_watch_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
     sub = tmp_path / "exercises"
     shutil.copytree(EXERCISES, sub)
@@ -60,10 +87,13 @@ def test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade(tmp_path):
     }
     w = Watching(sub, "--timeout", "2")
     try:
-        assert w.wait_for("Next step: every stage passes")
+        assert w.wait_for("Next step: every stage passes"), w.text[-3000:]
         for name, text in bad.items():
             w.clear()
             (sub / "softmax.py").write_text(text)
+            if name == "hang":  # found by a stranger student: the old "passed" stayed on the screen until the limit
+                assert w.wait_for("stage 1 softmax: grading ...", timeout=30), w.text[-1500:]
+                assert "failed (" not in w.text
             # a hang or an exit fails softmax; killing the server (possible under the student's own uid, refused
             # under a separate one) may leave softmax itself passing but costs the stages graded after it
             assert w.wait_for("failed ("), (name, w.text[-1500:])
@@ -82,7 +112,8 @@ def test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one(tm
     hang = good.replace("import numpy as np\n", "import numpy as np\nwhile True:  # a long import\n    pass\n", 1)
     w = Watching(sub, "--timeout", "30")
     try:
-        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed") and w.wait_for("Next step: every stage passes")
+        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed") and w.wait_for("Next step: every stage passes"), \
+            w.text[-3000:]
         time.sleep(0.5)
         w.clear()
         for _ in range(3):  # an editor writing a file several times in a row
@@ -100,3 +131,61 @@ def test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one(tm
         assert time.monotonic() - t0 < 15, "the new save did not wait for the old grade's time limit"
     finally:
         w.stop()
+
+
+
+def test_a_forked_child_ended_while_it_starts_fails_its_call_at_once(tmp_path):
+    """A child forked from the server reads as ended until it opens its pipe. One ended in its start (a cancelled
+    grade stopping it, or a kill from outside) never opens it: its call had waited out its whole limit (90 s here;
+    in watch, a save right after a failure waited 60 s for the new verdict)."""
+    import os
+    import signal
+    import threading
+
+    import pytest
+
+    from autograder.outcomes import BudgetSpent, GraderEnvironment
+    from autograder.sandbox.launchers import ForkServer
+    from autograder.sandbox.runner import Worker
+
+    server = ForkServer(torch=False)  # its children load torch in their start: a start long enough to end in
+    try:
+        for end, raised in (("stop", BudgetSpent), ("kill", GraderEnvironment)):
+            w = Worker(SOLUTIONS, timeout=30, zygote=server)
+            w.preload_libraries = ("torch", "torch._dynamo")
+            how = w.stop if end == "stop" else lambda w=w: os.kill(w.child.pid, signal.SIGKILL)
+            threading.Timer(0.3, how).start()  # stop: as Session.stop_grading does, from another thread
+            t0 = time.monotonic()
+            with pytest.raises(raised):
+                w.call("softmax:softmax", [[1.0, 2.0]])
+            assert time.monotonic() - t0 < 15, (end, "the call waited out its limit for a child already ended")
+            w.close()
+    finally:
+        server.close()
+
+
+def test_ctrl_c_stops_watch_started_with_sigint_ignored(tmp_path):
+    """A shell without job control starts a background job with SIGINT ignored, and its children inherit that: watch
+    then kept running after Ctrl-C (found when the tests were run that way: watch processes left behind)."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    sub = tmp_path / "exercises"
+    shutil.copytree(EXERCISES, sub)
+    p = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(sub)], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509 - before exec, nothing else
+    try:
+        deadline = time.monotonic() + 90
+        seen = ""
+        while "Next step" not in seen and time.monotonic() < deadline:
+            seen += p.stdout.readline()
+        assert "Next step" in seen, seen[-1500:]
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -1,5 +1,5 @@
-"""Fork server for batch grading: it imports numpy and torch once, then forks a fresh worker child
-per request, so a regrade does not pay the torch import for every submission. It never runs
+"""Fork server for batch grading: it imports numpy and torch once (or numpy alone, for the numpy children), then
+forks a fresh worker child per request, so a regrade does not pay the torch import for every submission. It never runs
 student code itself: each forked child drops to its limits and uid before it loads a submission.
 
 Protocol (JSON lines on stdin/stdout): {"fork": {...}} -> {"pid": N};
@@ -21,9 +21,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy  # noqa: F401
-import torch
 
-from autograder.child import drivers, np_drivers, policy, wire, worker  # noqa: F401
+from autograder.child import np_drivers, policy, wire, worker  # noqa: F401
+
+# A server for numpy's children only (ATTN_SERVER_TORCH=0) never loads torch: forking and ending a process that
+# holds torch's 150 MB of private pages costs the kernel about 20 ms a child, one that holds numpy's about 3 ms
+TORCH = os.environ.get("ATTN_SERVER_TORCH") != "0"
+if TORCH:
+    import torch
+
+    from autograder.child import drivers  # noqa: F401
 
 
 def become_worker(req: dict) -> None:
@@ -39,7 +46,8 @@ def become_worker(req: dict) -> None:
     os.environ.clear()
     os.environ.update(req["env"])
     policy.enter(policy.Limits(**req["limits"]), req["uid"])
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))  # torch was imported before the fork
+    if TORCH:  # torch was imported before the fork
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
     requests = open(req["req_fifo"], "rb")

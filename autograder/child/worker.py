@@ -13,6 +13,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import tempfile
 import traceback
 
 import numpy as np
@@ -168,6 +169,8 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
     sub_dir = os.path.realpath(sub_dir)
     if os.environ.get("ATTN_REUSE_MEMORY"):
         reuse_memory()
+    stack = open_stack_file(sub_dir)  # before the file system is closed to writes (no_writes)
+    tempfile.gettempdir()  # libraries ask for it as they load (dill, inside `import torch`): found while it can be
     if os.environ.get("ATTN_GUARD") != "off":  # the operator's switch (to measure its cost); children inherit none
         from autograder.child import guard
 
@@ -181,16 +184,23 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
         sealed = why is None
         if why is not None and no_processes.supported():
             print(f"note: the seccomp filter could not be installed ({why})", file=sys.stderr)
+    if os.environ.get("ATTN_LANDLOCK") != "off":  # the kernel refuses every write to a file from here on
+        from autograder.child import no_writes
+
+        why = no_writes.install(os.path.dirname(sub_dir))  # its scratch folder: its TMPDIR too
+        if why is not None and no_writes.available():
+            print(f"note: the Landlock ruleset could not be installed ({why})", file=sys.stderr)
     load_package(sub_dir, pkg)
-    stack = open_stack_file(sub_dir)
-    preload = os.environ.get("ATTN_PRELOAD")  # a measuring child: its drivers (and torch) load as part of its start,
-    if preload in ("driver", "npdriver"):  # and so do the parts of numpy and torch the submission's files import
+    preload = os.environ.get("ATTN_PRELOAD")  # a measuring child: its drivers (and torch) load as part of its start
+    if preload in ("driver", "npdriver"):
         importlib.import_module("autograder.child." + ("drivers" if preload == "driver" else "np_drivers"))
-        for name in filter(None, os.environ.get("ATTN_PRELOAD_LIBRARIES", "").split(",")):
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - not a module (a function's name): the call imports what it needs
-                pass
+    # and in any child, the parts of numpy and torch the submission's files import (the parent named them from their
+    # import statements, only modules the rule allows): loading torch._dynamo is not the first call's time, nor its memory
+    for name in filter(None, os.environ.get("ATTN_PRELOAD_LIBRARIES", "").split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - not a module (a function's name): the call imports what it needs
+            pass
     # said before any of the submission has run, so the parent may believe it: a sealed child leaves no
     # processes behind, and ending its own process group is the whole clean-up; and the CPU time its start took
     # (the interpreter, numpy, torch), which the parent takes off the kernel's count when it measures a call

@@ -72,9 +72,20 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             return f"{head} is blocked {blocked_note(sr, res)}: fix {sr.blocked_by} first (see above)."
         stub = first_stub(res.submission, s.name)
         if sr.status == "not_started":
+            missing = [f for f in s.files if not (res.submission / f).exists()]
+            if missing:
+                return (f"start {head}: {', '.join(rel(res.submission / f) for f in missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not in the submission; put the starter file back "
+                        "and replace its stub. `make hint` gives a nudge.")
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
             return f"start {head}: open {where} and replace the stub. `make hint` gives a nudge."
         first = next(r for r in sr.checks if not r.passed)
+        if first.failure == Failure.REFUSED:  # none of the file ran: what to change is the refused line itself
+            return f"fix {head}: {plain(first.message).removeprefix('not run: ')}."
+        if first.failure == Failure.TIMEOUT and first.where and first.where.function == "<module>":
+            return (f"fix {head}: {rel(res.submission / first.where.file)} never finished loading: line "
+                    f"{first.where.line}, outside any function, was still running when the time ran out (a loop "
+                    "that never ends?). `make hint` gives a nudge.")
         loc = located_here(res, s.name)  # the function found wrong on its own, and a line in it
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
@@ -101,6 +112,14 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
                  if later else "")
         return f"{these} {'passes' if len(graded) == 1 else 'pass'}.{after} Run `make grade` to see the whole kit."
     if not core_done:
-        return ("the core stages pass. Run `make submit`; the bonus stages "
-                f"({numbers(BONUS)}) are there if you want more.")
-    return "every stage passes. Run `make submit` to package your work."
+        return f"the core stages pass.{SUBMIT} The bonus stages ({numbers(BONUS)}) are there if you want more."
+    return f"every stage passes.{SUBMIT}"
+
+
+SUBMIT = " Run `make submit` to package your work."
+
+
+def handed_in(step: str) -> str:
+    """The next step on a page that goes back to a student after they handed their work in (Gradescope, a regrade):
+    no advice to package it."""
+    return step.replace(SUBMIT, "")

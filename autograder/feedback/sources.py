@@ -73,6 +73,19 @@ def enclosing_function(submission: Path, name: str, line: int | None) -> str | N
     return found.name if found else None
 
 
+def loop_line(submission: Path, name: str, line: int | None) -> int | None:
+    """The header line of the innermost loop whose body holds `line` in the file (else `line`): where a call that
+    ran out of time was caught is wherever its loop happened to be (`while True:` or its body, from run to run);
+    the loop is the same every time."""
+    tree = _parse(submission / name) if line else None
+    found = None
+    for node in ast.walk(tree) if tree else []:
+        if isinstance(node, (ast.While, ast.For, ast.AsyncFor)) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno >= found.lineno:
+                found = node
+    return found.lineno if found else line
+
+
 def _parse(path: Path) -> ast.Module | None:
     try:
         return ast.parse(read_text(path) or "")

@@ -125,9 +125,13 @@ your cache.
   naming the argument.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
   as imports). A call that hangs, crashes or exits loses its own check (for a hang, the report names
-  the line of yours it was running), and the next check runs in a fresh process; after a second
-  such call the stage's remaining checks are not run. Every other stage is still graded.
-- A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it.
+  the line of yours it was running, or the loop it was in), and the next check runs in a fresh process;
+  after a second such call the stage's remaining checks are not run. After the first already where the
+  call was stuck outside any function (a file that never finishes loading: it would be stuck again in
+  every process) or in another stage's code (the stage is then blocked by that one). Every other
+  stage is still graded.
+- A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it. Its
+  failing checks still cost their points until that stage is fixed: fix the blocking stage first.
 - What your code prints (`print()`, anything on stdout or stderr) never reaches the grader's
   verdict: it is kept per check, and shown under a failing check in `make grade` (its first 12
   lines; `make grade V=1` all of it, up to {PRINTED_LIMIT:,} characters a check), in `make watch` and

@@ -57,6 +57,7 @@ def read_setting(source: Path, name: str, default: str) -> str:
 
 def grade_upload(root: Path) -> dict:
     """The results of grading root/submission: the grader's imports happen here, inside main's guard."""
+    from ..feedback.advice import handed_in
     from ..grade import grade
     from ..report.gradescope_json import DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, results_json
     from ..sandbox.runner import close_launchers, prestart
@@ -79,6 +80,7 @@ def grade_upload(root: Path) -> dict:
                     workers=workers)
     finally:
         close_launchers(workers)
+    res.next_step = handed_in(res.next_step)  # the page goes back to a student whose work is handed in
     visibility = read_setting(source, "hidden_visibility", DEFAULT_HIDDEN_VISIBILITY)
     bonus = read_setting(source, "bonus_policy", DEFAULT_BONUS_POLICY)
     return results_json(res, visibility, found.notes, bonus)  # every child has been ended when grade returns

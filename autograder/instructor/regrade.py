@@ -5,7 +5,8 @@ Each entry of DIR (a folder or a zip) is one submission, graded with the same sa
 ENTRY.json (Gradescope's format) and ENTRY.html (the report `make grade --html` writes, without
 the heatmaps), where ENTRY is its name in DIR (`alice`, `alice.zip`); then the class report and
 grades.csv (class_report.py), where one student's entries count as one. A broken submission is a
-row with its error, never the end of the batch.
+row with its error, never the end of the batch; so is a file handed in as a submission that cannot be
+graded (entries).
 """
 import csv
 import json
@@ -19,37 +20,50 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..feedback.advice import handed_in
 from ..grade import grade
 from ..report.gradescope_json import results_json
 from ..report.html import render
 from ..sandbox import namespaces
 from ..sandbox.launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
-from ..sandbox.submission import show, survey
-from ..stages import STAGES
+from ..sandbox.submission import ARCHIVES, NotASubmission, discard, show, survey
+from ..stages import STAGES, SUBMISSION_FILES
 from .gradescope import derive_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() or p.suffix == ".zip")
+    """The batch's submissions: its folders and zips, and the files handed in as one that cannot be graded (a
+    loose .py, a .tar.gz), each a row that says why. Hidden entries and files of other kinds (Gradescope's
+    submission_metadata.yml, a roster) are not submissions (`others`)."""
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".")
+                  and (p.is_dir() or p.suffix in (".zip", ".py") or p.suffix.lower() in ARCHIVES))
 
 
-_zygote: ForkServer | SubprocessLauncher | None = None  # the batch's fork server, shared by the grading processes
+def others(folder: Path) -> list[str]:
+    """The names in the batch that are not submissions (entries), for a line that says they were left out."""
+    taken = set(entries(folder))
+    return sorted(p.name for p in folder.iterdir() if p not in taken and not p.name.startswith("."))
 
 
-def _server(hide: list[Path] = (), fresh: bool = False) -> ForkServer | SubprocessLauncher:
-    """The launcher to use. With `fresh` (an ordinary user with namespaces: every child runs under that one
-    user, so only namespaces of its own separate it from the others), a new interpreter per child inside
-    them; else the shared fork server while it answers, or one of this process's own (inside namespaces
-    where they exist; new interpreters where forking is not safe)."""
-    global _zygote
+KINDS = ("numpy", "torch")  # the kinds of child a grade starts: each batch has a fork server for each
+_zygotes: dict[str, ForkServer | SubprocessLauncher] = {}  # the batch's fork servers, shared by the grading processes
+
+
+def _servers(hide: list[Path] = (), fresh: bool = False) -> dict[str, ForkServer | SubprocessLauncher]:
+    """The launchers to use, by kind of child. With `fresh` (an ordinary user with namespaces: every child runs
+    under that one user, so only namespaces of its own separate it from the others), a new interpreter per child
+    inside them; else the shared fork servers while they answer, or this process's own (inside namespaces where
+    they exist; new interpreters where forking is not safe). The numpy children's server never loads torch."""
     if fresh:
-        return SubprocessLauncher(hide=list(hide))
-    if _zygote is None or not _zygote.alive():
-        _zygote = warm_launcher(isolate=namespaces.available(), hide=list(hide))
-        multiprocessing.util.Finalize(_zygote, _zygote.close, exitpriority=10)
-    return _zygote
+        launcher = SubprocessLauncher(hide=list(hide))
+        return {kind: launcher for kind in KINDS}
+    for kind in KINDS:
+        if kind not in _zygotes or not _zygotes[kind].alive():
+            _zygotes[kind] = warm_launcher(isolate=namespaces.available(), hide=list(hide), torch=kind == "torch")
+            multiprocessing.util.Finalize(_zygotes[kind], _zygotes[kind].close, exitpriority=10)
+    return dict(_zygotes)
 
 
 def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = (),
@@ -57,22 +71,30 @@ def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: l
     """{"results": its results JSON, "html": its report.html, "error": None}, or the error that stopped it.
     Every message names the submission's files as the student handed them in (`masking.py`, not the
     batch's path on the instructor's machine), so the JSON and the page can go back to the student."""
+    found = None
     try:
         found = survey(path, as_uploaded=True)
         found.label = found.label or path.name
         show(found)
         sub = found.folder
+        if not any((sub / f).is_file() for f in SUBMISSION_FILES):  # as Gradescope says it: a row, not a graded 0
+            raise NotASubmission(f"{path}: no stage modules found in it (softmax.py, scores.py, ...)")
         seed = derive_seed(secret, sub) if secret else seed
-        server = _server(hide, fresh)
-        res = grade(sub, seed=seed, timeout=timeout, zygote=server)
-        if not server.alive():
-            # the server died under this grading (a submission running as the grader's user killed it,
+        servers = _servers(hide, fresh)
+        res = grade(sub, seed=seed, timeout=timeout, zygote=servers)
+        if not all(s.alive() for s in servers.values()):
+            # a server died under this grading (a submission running as the grader's user killed it,
             # maybe one graded beside this one): grade again, so only the culprit loses its points
-            res = grade(sub, seed=seed, timeout=timeout, zygote=_server(hide, fresh))
+            res = grade(sub, seed=seed, timeout=timeout, zygote=_servers(hide, fresh))
+        res.next_step = handed_in(res.next_step)  # the page goes back to a student whose work is handed in
         return {"results": results_json(res, notes=found.notes), "html": render(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
-        why = f"{type(e).__name__}: {e}".replace(str(path.parent) + os.sep, "")  # the batch's path is the instructor's
+        why = (str(e) if isinstance(e, NotASubmission) else f"{type(e).__name__}: {e}").replace(str(path) + ": ", "", 1)
+        why = why.replace(str(path.parent) + os.sep, "")  # the batch's path is the instructor's
         return {"results": None, "html": None, "error": why}
+    finally:
+        if found is not None:
+            discard(found)
 
 
 class Progress:
@@ -110,10 +132,10 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
             trust: bool = False, fork_server: bool = False) -> Path:
     """Raises Untrusted before running anything where no boundary exists between the submissions and the
-    instructor (no separate uid, no namespaces), unless `trust`. As root, every child is forked from one
-    warm server (numpy and torch imported once) and runs under a uid of its own; where namespaces exist the
-    server and its children are inside one set (no network, a file system that holds none of the batch,
-    the results, the checkout or home), else the reference, solutions, tests, batch and results are made
+    instructor (no separate uid, no namespaces), unless `trust`. As root, every child is forked from a
+    warm server (numpy and torch imported once; the numpy children's without torch) and runs under a uid of its
+    own; where namespaces exist each server and its children are inside one set (no network, a file system that
+    holds none of the batch, the results, the checkout or home), else the reference, solutions, tests, batch and results are made
     root-only for the batch. An ordinary user with namespaces gets a new interpreter per child, each in
     namespaces of its own. `fork_server` is kept for the command line: as root it is what happens anyway."""
     folder = Path(folder)
@@ -129,6 +151,8 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     subs = entries(folder)
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
+    if others(folder):
+        progress.stream.write(f"not submissions, left out: {', '.join(others(folder))}\n")
     rows = {}
     locked = {} if namespaced else _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
     try:
@@ -157,17 +181,24 @@ def _lock_down(paths: list[Path]) -> dict[Path, int]:
 
 def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh: bool) -> None:
     """One process per job (the grader's own work needs a core too, which threads would share under one
-    GIL), all sharing one fork server that imports numpy and torch once for the whole batch (one
-    torch-sized process instead of one per core), unless every child needs namespaces of its own (`fresh`)."""
-    global _zygote
+    GIL), all sharing a fork server for each kind of child that imports numpy and torch once for the whole batch
+    (one torch-sized process instead of one per core; the numpy children's never loads torch), unless every child
+    needs namespaces of its own (`fresh`)."""
     # where forking is not safe (macOS), the grading processes are spawned and start their children anew
     context = multiprocessing.get_context("fork" if fork_is_safe() else "spawn")
     hide = [folder.resolve(), out.resolve()]  # no submission sees the others, or the results
-    # one fork server for the batch (in namespaces where they exist), unless each child needs its own
-    _zygote = SubprocessLauncher() if fresh else warm_launcher(context.Lock(), namespaces.available(), hide)
-    try:
+    # one fork server for each kind of child for the batch (in namespaces where they exist), unless each child
+    # needs its own
+    _zygotes.clear()
+    for kind in KINDS:
+        _zygotes[kind] = SubprocessLauncher() if fresh else warm_launcher(
+            context.Lock(), namespaces.available(), hide, wait=False, torch=kind == "torch")
+    try:  # the grading processes start while the servers load numpy and torch: a numpy side needs no torch
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, fresh): p for p in subs}
+            from .class_report import prepare
+
+            prepare()  # the class report's plotting library loads now, beside the first grades, not after the last
             for fut in as_completed(futures):
                 p = futures[fut]
                 try:
@@ -181,8 +212,9 @@ def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, f
                     (out / f"{p.name}.html").write_text(r["html"])
                 progress.step(p.name)
     finally:
-        _zygote.close()
-        _zygote = None
+        for z in _zygotes.values():
+            z.close()
+        _zygotes.clear()
 
 
 def _modified(path: Path) -> str:
@@ -207,6 +239,6 @@ def _write_csv(out: Path, rows: dict) -> None:
             if r["results"] is None:
                 w.writerow([name, 0, *[0 for _ in STAGES], r["error"], r.get("modified", "")])
                 continue
-            st = r["results"]["extra_data"]["stages"]
-            w.writerow([name, r["results"]["score"], *[st.get(s.name, {}).get("score", 0) for s in STAGES], "",
-                        r.get("modified", "")])
+            st = r["results"]["extra_data"]["stages"]  # numbers written as grades.csv writes them (83, 5.5)
+            w.writerow([name, f"{r['results']['score']:g}", *[f"{st.get(s.name, {}).get('score', 0):g}" for s in STAGES],
+                        "", r.get("modified", "")])

@@ -122,7 +122,7 @@ def failure_lines(sr: StageResult, res: Results, verbose: bool, c=_plain) -> lis
     details, rest = failure_details(sr, verbose, c)
     out += details
     if rest > 0:
-        out.append(f"  ... and {rest} more failing checks (`make grade V=1` shows them all)")
+        out.append(f"  ... and {rest} more failing check{'' if rest == 1 else 's'} (`make grade V=1` shows them all)")
     return out
 
 

@@ -27,7 +27,7 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
                      f"({sr.score:g}/{sr.max_score:g})")
     details = [line for sr in res.stages.values() if shows_failures(sr, verbose=False)
                for line in failure_details(sr, verbose=False, printed=4)[0]][:16]
-    step = "grading the stages that use it ..." if pending else res.next_step
+    step = (("grading the stages that use it ..." if res.stages else "grading ...") if pending else res.next_step)
     off = [f"  (this machine: {note})" for note in res.protections_off]
     return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + step] + off)
 

@@ -46,10 +46,20 @@ def torch_pin(requirements: Path) -> str | None:
     return None
 
 
+def installed(pin: str) -> bool:
+    """Whether `torch==X` is what this interpreter has already (then no index is asked, and nothing said about one)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch") == pin.split("==", 1)[1]
+    except PackageNotFoundError:
+        return False
+
+
 def main(argv: list[str]) -> int:
     requirements = Path(argv[0] if argv else "requirements-student.txt")
     pin, index = torch_pin(requirements), torch_index()
-    if pin and index:
+    if pin and index and not installed(pin):
         if not reachable(index):
             print(f"warning: {index} cannot be reached; torch comes from the default index instead (on Linux "
                   "x86_64 that is the CUDA build, about 2.3 GiB; set TORCH_INDEX to a mirror to avoid it)",

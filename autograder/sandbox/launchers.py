@@ -2,6 +2,7 @@
 a Launched (the pid, the request and result pipes, a way to reap it). `SubprocessLauncher` starts a
 new interpreter; `ForkServer` forks one from a server that imported numpy and torch once (batches).
 """
+import functools
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import RawValue
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +40,7 @@ class Launched:
     peak_bytes: int | None = None  # once reaped: its peak resident memory, as the kernel counted it
     cpu_s: float | None = None  # once reaped: the CPU time (user + system) the kernel counted for it
     status: int | None = None  # once reaped: its exit code
+    private_tmp: bool = False  # inside namespaces: the temp folders it can write are not the ones the grader sees
 
 
 def copy_child_files(dest: Path) -> Path:
@@ -66,6 +69,12 @@ def separate_user_possible() -> bool:
     """Root, and an interpreter and numpy that another user can run (not under a private /root)."""
     if os.geteuid() != 0 or os.environ.get("ATTN_SANDBOX_SAME_USER"):
         return False
+    return _interpreter_shared()
+
+
+@functools.cache
+def _interpreter_shared() -> bool:
+    """Whether other users can run this interpreter and its numpy: walked once per process (every child asks)."""
     import importlib.util
 
     numpy = importlib.util.find_spec("numpy")  # found, not imported: the children start before numpy loads here
@@ -120,11 +129,13 @@ def sweep_notes(uid: int | None) -> list[str]:
             "this system's processes: no /proc, or no psutil)"]
 
 
-def kill_everything(token: str, uid: int | None, tree: list[int] = (), processes: bool = True) -> None:
+def kill_everything(token: str, uid: int | None, tree: list[int] = (), processes: bool = True,
+                    temp: bool = True) -> None:
     """End every process the child started: every process of its uid (when sandboxed under one), the tree
     found under it before it was ended, and any process carrying its marker in the environment; and remove
     what its uid left in the shared temp folders. Without `processes` (a child that could start none) only
-    the folders are cleaned."""
+    the folders are cleaned; without `temp` (a child inside namespaces, whose temp folders are its own or its
+    server's, never these) they are not."""
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -147,7 +158,7 @@ def kill_everything(token: str, uid: int | None, tree: list[int] = (), processes
                     proc.kill()
             except Exception:  # noqa: BLE001 - gone, or not ours to read
                 continue
-    if uid is not None:  # what it left in the shared temp folders (without namespaces it has no private ones)
+    if uid is not None and temp:  # what it left in the shared temp folders (without namespaces it has no private ones)
         for folder in (Path(tempfile.gettempdir()), Path("/dev/shm"), Path("/var/tmp")):
             try:
                 entries = list(folder.iterdir())
@@ -184,8 +195,9 @@ class SubprocessLauncher:
     def __init__(self, hide: list[Path] = ()) -> None:
         self.hide = list(hide)  # folders a namespaced child must not see, besides home and the checkout
 
-    def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
+    def launch(self, scratch: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
                uid: int | None, log) -> Launched:
+        worker_py = copy_child_files(scratch / "_grader")  # a new interpreter loads the grader's child code from here
         req_r, req_w = os.pipe()
         res_r, res_w = os.pipe()
         st_r, st_w = os.pipe()
@@ -211,7 +223,7 @@ class SubprocessLauncher:
         except ValueError:
             first = {}
         pid = first.get("pid") if isinstance(first, dict) and isinstance(first.get("pid"), int) else proc.pid
-        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None)
+        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None, private_tmp=isolated)
 
         def reap(timeout: float | None = None) -> int | None:
             """Wait for the exit; spawn.py then reports the child's status and the kernel's count of its peak.
@@ -253,14 +265,18 @@ class SubprocessLauncher:
         pass
 
 
-def warm_launcher(lock=None, isolate: bool = False, hide: list[Path] = ()) -> "ForkServer | SubprocessLauncher":
+def warm_launcher(lock=None, isolate: bool = False, hide: list[Path] = (), wait: bool = True,
+                  torch: bool = True) -> "ForkServer | SubprocessLauncher":
     """What a session of many grades (watch, regrade) starts its children with: a fork server where
-    forking is safe (inside namespaces with `isolate`), else a new interpreter per child (fork_is_safe)."""
-    return ForkServer(lock, isolate, hide) if fork_is_safe() else SubprocessLauncher(hide)
+    forking is safe (inside namespaces with `isolate`), else a new interpreter per child (fork_is_safe).
+    Without `wait`, a fork server may still be loading torch: the first request waits for it.
+    Without `torch`, a server for numpy's children only (it never loads torch)."""
+    return ForkServer(lock, isolate, hide, wait, torch) if fork_is_safe() else SubprocessLauncher(hide)
 
 
 class ForkServer:
-    """A fork server (autograder/child/fork_server.py) that has imported numpy and torch once; for batches.
+    """A fork server (autograder/child/fork_server.py) that has imported numpy and torch once (or numpy alone, with
+    torch=False); for batches.
 
     Processes forked after it started may share it when it was given a multiprocessing lock:
     one request and its reply at a time, whichever process asks. With `wait=False` the constructor returns
@@ -269,7 +285,9 @@ class ForkServer:
 
     forks = True
 
-    def __init__(self, lock=None, isolate: bool = False, hide: list[Path] = (), wait: bool = True) -> None:
+    def __init__(self, lock=None, isolate: bool = False, hide: list[Path] = (), wait: bool = True,
+                 torch: bool = True) -> None:
+        self.torch = torch  # False: numpy alone is loaded there, for the numpy children (lighter to fork and end)
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("fork_server.py")
         self.home.chmod(0o755)
@@ -282,19 +300,23 @@ class ForkServer:
             cmd = namespaces.wrap(cmd, self.home, None, list(hide), pid_namespace=False)
         # one BLAS/OpenMP thread, as every child gets: a library sizes its thread pool when it loads, which is
         # here, before the fork, so the children's own setting would come too late
-        env = {**kept_env(), **ONE_THREAD}
+        env = {**kept_env(), **ONE_THREAD, **({} if torch else {"ATTN_SERVER_TORCH": "0"})}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self.home,
                                      env=env, start_new_session=True)
         self.lock = lock or threading.Lock()
         self.ready = False  # read on the first request: until then the caller goes on while torch loads there
+        # whether any process sharing this server (forked from this one after now) has read its ready line: in
+        # memory they share, so the processes of a batch may start before the server is ready
+        self._line_read = RawValue("b", 0)
         if not wait:
             return
         with self.lock:
             self._await_ready()
 
     def _await_ready(self) -> None:
-        """Read the server's ready line (under the lock), once."""
-        if self.ready:
+        """Read the server's ready line (under the lock), once among the processes that share the server."""
+        if self.ready or self._line_read.value:
+            self.ready = True
             return
         try:
             line = json.loads(self.proc.stdout.readline() or "{}")
@@ -303,6 +325,7 @@ class ForkServer:
         if not isinstance(line, dict) or line.get("ready") is not True:
             raise ServerGone("the fork server did not start")
         self.ready = True
+        self._line_read.value = 1
 
     def ask(self, req: dict) -> dict:
         with self.lock:
@@ -321,8 +344,9 @@ class ForkServer:
         except ServerGone:
             return False
 
-    def launch(self, scratch: Path, worker_py: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
+    def launch(self, scratch: Path, pkg_dir: Path, pkg: str, env: dict, limits: policy.Limits,
                uid: int | None, log) -> Launched:
+        """Fork a child of the server: it already holds the grader's child code, so none is copied for it."""
         requests, results = scratch / "requests", scratch / "results"
         os.mkfifo(requests)
         os.mkfifo(results)
@@ -336,7 +360,8 @@ class ForkServer:
             "req_fifo": str(requests), "res_fifo": str(results)}})["pid"]
         req_w = os.open(requests, os.O_RDWR)  # never blocks, even before the child opens it
 
-        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None, forked=True)
+        launched = Launched(pid=pid, requests=req_w, results=res_r, reap=lambda t=None: None, forked=True,
+                            private_tmp=self.scratch_root is not None)
 
         def reap(timeout: float | None = None) -> int | None:
             # The server is asked to look once, and the waiting is done here, between questions: one server

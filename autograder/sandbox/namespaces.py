@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or the autograder's source)
 TMP_SIZE = "256m"  # each private tmpfs (/tmp, /dev/shm, the hidden folders) holds at most this
-ROOT_PARENT = "/dev/shm"  # a private tmpfs is mounted here first; the child's new root is made inside it
-NEW_ROOT = ROOT_PARENT + "/.attn-root"
+# a private tmpfs is mounted on the first of these that holds nothing the child keeps (a fork server's home may
+# lie in /dev/shm); the child's new root is made inside it
+ROOT_PARENTS = ("/dev/shm", "/tmp", "/mnt")
 
 
 def contained() -> bool:
@@ -95,7 +96,9 @@ def spec(scratch: Path, uid: int | None, hide: list[Path] = (), pid_namespace: b
     kept = _kept(scratch)
     kept = [kept[0], *(k for k in kept[1:] if not _inside(k, real) or _inside(k, hidden))]  # others are there
     proc = "own" if pid_namespace else "hidepid" if os.geteuid() == 0 else "machine"
-    return {"parent": ROOT_PARENT, "root": NEW_ROOT, "tmp_size": TMP_SIZE, "system": real, "hidden": hidden,
+    parent = next((p for p in ROOT_PARENTS if os.path.isdir(p) and not any(_inside(k, [p]) for k in kept)),
+                  ROOT_PARENTS[0])
+    return {"parent": parent, "root": parent + "/.attn-root", "tmp_size": TMP_SIZE, "system": real, "hidden": hidden,
             "links": {d: os.readlink(d) for d in system if os.path.islink(d)}, "kept": kept,
             "devices": list(DEVICES), "proc": proc, "scratch": str(scratch), "uid": uid}
 

@@ -11,12 +11,13 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ..child import no_processes
+from ..child import no_processes, no_writes
 from ..child.policy import Limits, child_memory, plan
 from ..outcomes import BudgetSpent, GraderEnvironment, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import launchers, namespaces
@@ -25,7 +26,6 @@ from .launchers import (
     ForkServer,
     Launched,
     SubprocessLauncher,
-    copy_child_files,
     descendants,
     fork_is_safe,
     kept_env,
@@ -62,6 +62,9 @@ def protections(limits: Limits | None = None) -> list[str]:
         if not namespaces.available():
             notes.append("no namespaces here (Linux's unshare): children share this machine's /tmp, network and "
                          "process list, and see the files your user can read")
+        if not no_writes.available():
+            notes.append("no Landlock here (Linux 5.13 or later): a file a library opens from its own C code, such "
+                         "as torch's from_file, is not refused (the run-time guard refuses Python's own opens)")
         if not no_processes.supported():
             notes.append("no seccomp filter here (Linux on x86_64 or aarch64): new processes and sockets are "
                          "refused by the run-time guard only")
@@ -72,6 +75,7 @@ def protections(limits: Limits | None = None) -> list[str]:
     return list(_NOTES[key])
 
 
+RETIRED_MESSAGE = "grading stopped: this worker was retired (the grade was cancelled)"
 LINGER_S = 15.0  # how long a measuring child may take to end once its one call is answered (an exit takes < 1 s)
 
 
@@ -104,19 +108,22 @@ class Worker:
         self._start_cpu: float | None = None  # and how much CPU time its start took (said at the same moment)
         self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
+        self.package_from: Path | None = None  # a folder with this submission's files to link them from (see place)
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
         if self.retired:
-            raise BudgetSpent("grading stopped: this worker was retired (the grade was cancelled)")
+            raise BudgetSpent(RETIRED_MESSAGE)
         self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-", dir=getattr(self.launcher, "scratch_root", None)))
-        worker_py = copy_child_files(self.scratch / "_grader")
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
         snap = current(self.submission) or take(self.submission)  # the bytes the whole grade sees
         for name, data in snap.data.items():  # regular files only: never a link to the grader's own files
-            (pkg_dir / name).write_bytes(data)  # an unusable one is left out: the stage that needs it says why
+            place(pkg_dir / name, data, self.package_from)  # an unusable one is left out: the stage that needs it says why
         self._log = open(self.scratch / "output.txt", "wb")
+        # read back through a descriptor of its own, opened before the child runs: whatever the child later puts
+        # at that name in its folder, the grader reads the file it made
+        self._log_r = open(self.scratch / "output.txt", "rb")
         self.token = secrets.token_hex(8)
         self.uid = sandbox_uid()
         env = kept_env()
@@ -130,29 +137,33 @@ class Worker:
             env["ATTN_PRELOAD"] = self.preload
         if self.preload_libraries:
             env["ATTN_PRELOAD_LIBRARIES"] = ",".join(self.preload_libraries)
-        for switch in ("ATTN_GUARD", "ATTN_SECCOMP"):  # the operator's switches, to measure what each costs
+        for switch in ("ATTN_GUARD", "ATTN_SECCOMP", "ATTN_LANDLOCK"):  # the operator's switches, to measure what each costs
             if os.environ.get(switch) == "off":
                 env[switch] = "off"
-        if self.uid is not None:
-            for path in [self.scratch, *self.scratch.rglob("*")]:
-                os.chown(path, self.uid, self.uid)
+        if self.uid is not None:  # its folder, for what it writes there (the submission's files stay the grader's)
+            os.chown(self.scratch, self.uid, self.uid)
         self._buf, self._ready, self._vetted, self._next_id, self._sealed = bytearray(), False, False, 0, False
+        # when _read_line first asks whether a forked child that has not opened its FIFO yet lives (one that opens it
+        # in its first quarter second, nearly all, costs the shared server no question)
+        self._next_alive_check = time.monotonic() + 0.25
         self._start_cpu = None
         try:
-            self.child = self.launcher.launch(self.scratch, worker_py, pkg_dir, PACKAGE, env, self.limits, self.uid,
+            self.child = self.launcher.launch(self.scratch, pkg_dir, PACKAGE, env, self.limits, self.uid,
                                               self._log)
         except OSError as e:  # the interpreter is missing or cannot be run: nothing of the submission ran
             self._log.close()
+            self._log_r.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise GraderEnvironment(f"the interpreter that runs the children could not be started "
                                     f"({e.filename or launchers.interpreter()[0]}: {e.strerror or e})") from None
         except BaseException:  # the fork server is gone, or the grade was stopped: no scratch folder stays behind
             self._log.close()
+            self._log_r.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         if self.retired:  # retired while it was starting (watch stopping): end what just started
             self.close()
-            raise BudgetSpent("grading stopped: this worker was retired (the grade was cancelled)")
+            raise BudgetSpent(RETIRED_MESSAGE)
 
     def retire(self) -> None:
         """End the child now and refuse to start another: a cancelled grade's remaining calls fail at once
@@ -187,7 +198,7 @@ class Worker:
             os.killpg(self.child.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        kill_everything(self.token, self.uid, tree, processes=not self._sealed)
+        kill_everything(self.token, self.uid, tree, processes=not self._sealed, temp=not self.child.private_tmp)
         self.child.reap(None)
         for fd in (self.child.requests, self.child.results):
             try:
@@ -195,6 +206,7 @@ class Worker:
             except OSError:
                 pass
         self._log.close()
+        self._log_r.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
         self.child = None
 
@@ -261,6 +273,7 @@ class Worker:
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
         fresh.preload_libraries = tuple(loads)
+        fresh.package_from = self.scratch / PACKAGE if self.child is not None else None
         self._fresh.add(fresh)
         try:
             if self.retired:  # retired between the check above and the line before
@@ -297,7 +310,11 @@ class Worker:
         text = ""
         while True:
             try:
-                text = path.read_text(errors="replace")
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # the child's file, never a link
+                try:
+                    text = os.read(fd, 1 << 20).decode(errors="replace")
+                finally:
+                    os.close(fd)
             except OSError:
                 pass
             if text or time.monotonic() >= deadline:
@@ -309,6 +326,14 @@ class Worker:
                 return file.name, int(m.group(2)), m.group(3)
         return None
 
+    def _read_log(self, offset: int, n: int) -> bytes:
+        """At most `n` bytes of the child's log from `offset` (b"" once it is closed)."""
+        try:
+            self._log_r.seek(offset)
+            return self._log_r.read(n)
+        except (OSError, ValueError):
+            return b""
+
     def _log_size(self) -> int:
         try:
             return os.fstat(self._log.fileno()).st_size
@@ -317,19 +342,16 @@ class Worker:
 
     def _printed_since(self, start: int) -> str:
         """What the child wrote to its log from byte `start` on: printable text, cut at PRINTED_LIMIT."""
-        try:
-            with open(self.scratch / "output.txt", "rb") as f:
-                f.seek(start)
-                data = f.read(4 * PRINTED_LIMIT)
-        except OSError:
+        if self._log_size() <= start:  # most calls print nothing: nothing to read
             return ""
-        return capped(printable(data.decode("utf-8", "replace")), max(0, self._log_size() - start - len(data)))
+        data = self._read_log(start, 4 * PRINTED_LIMIT)
+        text = data.decode("utf-8", "replace")
+        for folder in {str(self.scratch / PACKAGE), os.path.realpath(self.scratch / PACKAGE)}:
+            text = text.replace(folder + os.sep, "")  # a warning names the file, not the grader's scratch folder
+        return capped(printable(text), max(0, self._log_size() - start - len(data)))
 
     def output_tail(self, n: int = 600) -> str:
-        try:
-            data = (self.scratch / "output.txt").read_bytes()[-OUTPUT_LIMIT:]
-        except OSError:
-            return ""
+        data = self._read_log(max(self._log_size() - OUTPUT_LIMIT, 0), OUTPUT_LIMIT)
         return plain(data.decode("utf-8", "replace"))[-n:]
 
     # -- calls ------------------------------------------------------------
@@ -412,9 +434,18 @@ class Worker:
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    if self.child.forked and not self._ready:  # a FIFO reads as ended until the child opens it
+                    if self.retired:  # stopped from another thread: the grade was cancelled, nothing the child did
+                        self.close()
+                        raise BudgetSpent(RETIRED_MESSAGE)
+                    # a FIFO reads as ended until the child opens it; a child ended before it did (killed in its
+                    # start) never will, so that is asked of the server now and then rather than waited out
+                    if self.child.forked and not self._ready:
                         time.sleep(0.005)
-                        continue
+                        if time.monotonic() < self._next_alive_check:
+                            continue
+                        self._next_alive_check = time.monotonic() + 0.25
+                        if self.child.reap(0) is None:
+                            continue
                     raise self._died("the process exited")
                 if len(self._buf) + len(chunk) > MAX_REPLY_BYTES:  # a flood, not an answer: stop reading it
                     self.close()
@@ -440,6 +471,22 @@ class Worker:
         if tail.strip():
             msg += "; its last output: " + tail.strip()[-300:]
         return StudentCrash(msg)
+
+
+def place(dest: Path, data: bytes, source: Path | None = None) -> None:
+    """Write a submission file for a child: a link to the same file in `source` (another child's copy of this
+    grade's submission) where that holds exactly these bytes, else a new file. A file system may charge far more
+    for a new file than for a link (ext4 looks for a free inode): a grade's measuring children link theirs. The
+    grader owns these files; a child may read them, never change them."""
+    if source is not None:
+        try:  # a regular file the grader owns (a child under a uid of its own cannot have replaced it), these bytes
+            st = os.lstat(source / dest.name)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and (source / dest.name).read_bytes() == data:
+                os.link(source / dest.name, dest)
+                return
+        except OSError:  # gone (that child ended), or another file system: written instead
+            pass
+    dest.write_bytes(data)
 
 
 def printable(text: str) -> str:

@@ -11,6 +11,7 @@ grades: children inherit no such variable, and the check runs in the parent) can
 ATTN_STATIC_CHECK=off, which the tests do to prove the sandbox beneath it holds on its own.
 """
 import ast
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -59,31 +60,40 @@ def _module_allowed(name: str, own: set[str]) -> bool:
     return not (set(name.split(".")[1:]) & REFUSED_ATTRIBUTES)
 
 
-_SEEN: dict[tuple, tuple[Refusal, ...]] = {}  # (source, own) -> its refusals: a grade asks once per child
-_SEEN_LOCK = threading.Lock()
+def _once_per_file(compute):
+    """`compute(source, own)` once per process for each distinct file: every child of a grade, and every
+    measurement, reads the same bytes, often at the same moment (hence the lock). A long regrade forgets
+    them past 4,096 files rather than grow without bound. What it returns is shared: callers never change it."""
+    seen: dict = {}
+    lock = threading.Lock()
+
+    @functools.wraps(compute)
+    def once(source: bytes | str, own: set[str]):
+        key = (source, frozenset(own))
+        with lock:
+            if key not in seen:
+                if len(seen) > 4096:
+                    seen.clear()
+                seen[key] = compute(source, own)
+            return seen[key]
+    return once
 
 
 def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     """What in `source` the rule refuses (empty: the module may run). `own` names the submission's
     modules (importable by name or relatively). A file that does not parse is left to the grader, which
-    says where the syntax error is. Each distinct file is read once per process (every child of a grade
-    vets the same bytes)."""
+    says where the syntax error is."""
     if os.environ.get("ATTN_STATIC_CHECK") == "off":  # the operator's switch, to test the sandbox beneath it
         return []
-    key = (source, frozenset(own))
-    with _SEEN_LOCK:  # the grade's two children vet the same files at the same moment: once is enough
-        if key not in _SEEN:
-            if len(_SEEN) > 4096:  # a long regrade: forget, never grow without bound
-                _SEEN.clear()
-            _SEEN[key] = tuple(_refusals(source, own))
-        return list(_SEEN[key])
+    return list(_refusals(source, own))
 
 
-def _refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
+@_once_per_file
+def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return []
+        return ()
     found: list[Refusal] = []
 
     def refuse(node: ast.AST, what: str) -> None:
@@ -105,7 +115,8 @@ def _refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # from .masking import attention: the submission's own modules
                 if node.module and node.module.split(".")[0] not in own:
-                    refuse(node, f"from {'.' * node.level}{node.module} import ...")
+                    refuse(node, f"from {'.' * node.level}{node.module} import {', '.join(a.name for a in node.names)} "
+                                 f"({node.module.split('.')[0]}.py is not one of the stage modules)")
                 continue
             module = node.module or ""
             names = [f"{module}.{a.name}" for a in node.names]
@@ -132,7 +143,7 @@ def _refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
                 refuse(node, f"{node.func.id}(..., {name.value!r})")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
             refuse(node, "a path under /proc")
-    return sorted(found, key=lambda r: r.line)
+    return tuple(sorted(found, key=lambda r: r.line))
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -192,14 +203,17 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def library_imports(source: bytes | str, own: set[str]) -> tuple[set[str], set[str]]:
-    """(the modules of numpy and torch a source imports at any depth: `torch.nn.attention.bias`, and for `from
-    torch.nn import functional` also `torch.nn.functional`, which may be a module; the submission's own modules it
-    imports, by name or relatively). Both empty where it does not parse."""
+@_once_per_file
+def library_imports(source: bytes | str, own: set[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the modules of numpy and torch a source imports that the rule allows: `torch` itself (a numpy child has not
+    loaded it), `torch.nn.attention.bias`, and for `from torch.nn import functional` also `torch.nn.functional`,
+    which may be a module; the submission's own
+    modules it imports, by name or relatively). Both empty where it does not parse. A grader loads the first ones
+    in a child's start (sandbox.runner.Worker.preload_libraries): never one the rule refuses."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return set(), set()
+        return frozenset(), frozenset()
     libraries, modules = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -208,9 +222,9 @@ def library_imports(source: bytes | str, own: set[str]) -> tuple[set[str], set[s
             names = [node.module or "", *(f"{node.module}.{a.name}" if node.module else a.name for a in node.names)]
         else:
             continue
-        libraries |= {n for n in names if n.split(".")[0] in ("numpy", "torch") and "." in n}
+        libraries |= {n for n in names if n.split(".")[0] in ("numpy", "torch") and _module_allowed(n, own)}
         modules |= {n.split(".")[0] for n in names if n.split(".")[0] in own}
-    return libraries, modules
+    return frozenset(libraries), frozenset(modules)
 
 
 def _library_names(tree: ast.Module) -> set[str]:
@@ -246,7 +260,8 @@ def vet(folder, files: list[str]) -> dict[str, str]:
         found = refusals(path.read_bytes(), own)
         if found:
             why = describe(path.name, found)
-            path.write_text(f"raise ImportError({why!r})\n")
+            # raised on the first refused line, so that a traceback (and the next step) points where it is
+            path.write_text("\n" * (max(min(r.line for r in found), 1) - 1) + f"raise ImportError({why!r})\n")
             changed[path.name] = why
     return changed
 
@@ -273,6 +288,28 @@ def _written(node: ast.expr, aliases: dict[str, str]) -> str:
         text = ast.unparse(node)
     head, _, rest = text.partition(".")
     return aliases[head] + ("." + rest if rest else "") if head in aliases else text
+
+
+# torch's own names for the same dtypes (torch.float is torch.float32): a default written either way is the same
+DTYPE_ALIASES = {"torch.float": "torch.float32", "torch.double": "torch.float64", "torch.half": "torch.float16",
+                 "torch.long": "torch.int64", "torch.int": "torch.int32", "torch.short": "torch.int16",
+                 "torch.cfloat": "torch.complex64", "torch.cdouble": "torch.complex128", "torch.chalf": "torch.complex32"}
+
+
+def same_default(written: str, contract: str) -> bool:
+    """Whether a default as the submission writes it (_written) gives a caller what the contract's does: 0 for a
+    float 0.0, 10_000 or 1e4 for 10000.0, torch.float for torch.float32. An int the contract writes stays an int
+    (20000.0 pairs cannot size an array)."""
+    def value(text: str):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError):
+            return DTYPE_ALIASES.get(text, text)
+
+    got, want = value(written), value(contract)
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return float(got) == want
+    return type(got) is type(want) and got == want
 
 
 def source_defaults(source: bytes | str, name: str) -> dict[str, str] | None:

@@ -3,6 +3,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 import zipfile
@@ -65,6 +66,25 @@ def _walk(root: Path) -> list[PurePosixPath]:
     return out
 
 
+ARCHIVES = (".tar", ".gz", ".tgz", ".bz2", ".xz", ".7z", ".rar")  # archives a submission may come as, unread
+
+
+class NotASubmission(FileNotFoundError):
+    """What was handed in is not a folder or a zip: its message says why and what would be graded."""
+
+
+def not_a_submission(path: Path) -> str:
+    """Why `path` (neither a folder nor a zip) cannot be graded, and what would be."""
+    if not path.exists():
+        return f"{path}: not found"
+    if path.suffix == ".py":
+        return (f"{path}: a single .py file; a submission is a folder (or a zip) holding the stage modules "
+                "(softmax.py, scores.py, ...)")
+    if path.suffix.lower() in ARCHIVES:
+        return f"{path}: a {''.join(path.suffixes[-2:])} archive is not read; unpack it into a folder, or zip it"
+    return f"{path}: not a folder or a zip file"
+
+
 def survey(path: Path, as_uploaded: bool = False) -> Located:
     """The folder to grade in `path` (a folder or a zip), with notes on duplicates and ignored copies.
     A zip, or a level spread over several folders, is copied into a temporary folder, and the messages
@@ -73,7 +93,7 @@ def survey(path: Path, as_uploaded: bool = False) -> Located:
     if path.is_file() and zipfile.is_zipfile(path):
         return unzip_survey(path)
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: not a folder or a zip file")
+        raise NotASubmission(not_a_submission(path))
     chosen, notes = choose(_walk(path))
     zips = sorted(path.glob("*.zip"))
     if not chosen and zips:  # e.g. the submission.zip that `make submit` wrote, uploaded as is
@@ -95,13 +115,21 @@ def survey(path: Path, as_uploaded: bool = False) -> Located:
     return found
 
 
+def discard(found: Located) -> None:
+    """Remove the folder that survey made for `found` (a zip's contents, or files gathered from several folders):
+    a regrade unpacks every zip of a batch, and no student's code stays behind in the temp folder."""
+    folder = found.folder
+    if folder.name.startswith("attn-sub-") and folder.parent.resolve() == Path(tempfile.gettempdir()).resolve():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def show(found: Located) -> None:
     """Make every message name the located files as the student uploaded them."""
     for folder in {found.folder, found.folder.resolve()}:
         if found.label:
             SHOWN[folder] = found.label
-        for name, shown in found.shown.items():
-            SHOWN[folder / name] = shown
+        for name in STAGE_FILES:  # a stage file the upload lacks is named bare, never by the grader's path
+            SHOWN[folder / name] = found.shown.get(name, name)
 
 
 def locate(path: Path) -> Path:

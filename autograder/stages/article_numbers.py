@@ -14,6 +14,16 @@ from ..compare import check_printed, check_within, variance_stderr
 from ..records import WORKED_RULE, Check
 
 A, B = "A", "B"
+# the sections of each article the kit sends a student to (a check's citation, a diagnosis's "reread", a worked
+# number's section): their headings as the articles print them; tests/test_reference.py holds every citation to these
+SECTIONS: dict[str, tuple[str, ...]] = {
+    A: ("How the scores become shares", "Hide forbidden positions before softmax",
+        "A transparent reference implementation", "What self-attention does and does not mean",
+        "Why divide by the square root?"),
+    B: ("The one idea", "Simple self-attention", "Trainable attention", "Scores, now with a divide",
+        "Weights and output", "Causal attention", "Multi-head attention", "Code that matches the hand numbers",
+        "What it costs as the sequence grows", "Where the vectors come from"),
+}
 
 # -- Article B's four-token example ("A sentence small enough to finish on paper") ------------
 X = np.array([[0.9, 0.1, -0.3, 0.2], [0.2, 0.8, 0.4, -0.5], [-0.4, 0.1, 0.9, 0.3], [0.3, -0.6, 0.2, 0.8]])

@@ -1,4 +1,6 @@
 """Helpers shared by the stage checks."""
+import functools
+
 import numpy as np
 
 from ..outcomes import Fail, StudentError
@@ -40,7 +42,7 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
         raise Fail("the stage's functions return None: write them first (their defaults count then)")
     from ..sandbox.safe_files import read_bytes
-    from ..sandbox.static_check import source_defaults
+    from ..sandbox.static_check import same_default, source_defaults
 
     for target, defaults in want.items():
         module, name = target.split(":")
@@ -49,7 +51,7 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
         if got is None:
             raise Fail(f"{module}.py has no `def {name}` or `class {name}` at its top level that the name still "
                        "holds (not rebound by an assignment or import): the defaults are read from that definition")
-        bad = {k: got.get(k, "no default") for k, v in defaults.items() if got.get(k) != v}
+        bad = {k: got.get(k, "no default") for k, v in defaults.items() if k not in got or not same_default(got[k], v)}
         if bad:
             name = target.split(":")[1]
             raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} differ from the "
@@ -87,21 +89,17 @@ def grader_size() -> int:
     return size >> 24
 
 
-def _measurement(name: str, api=None):
-    """(target, arguments, key name, the parts of numpy and torch the files it runs import) of a declared
-    measurement."""
+def imported_libraries(folder, modules) -> tuple[str, ...]:
+    """The parts of numpy and torch that the submission's `modules` (names, without .py) import, and the
+    submission's modules they import, and theirs: what a child loads in its start (static_check.library_imports)."""
     from ..sandbox.safe_files import UnusableFile, read_bytes
     from ..sandbox.static_check import library_imports
-    from . import FUNCTIONS, SUBMISSION_FILES
+    from . import SUBMISSION_FILES
 
-    fn = FUNCTIONS[name]
-    if not fn.measured:
-        raise TypeError(f"{name} declares no measured arguments (records.Function.measured)")
     own = {f.removesuffix(".py") for f in SUBMISSION_FILES}
     libraries: set[str] = set()
-    folder = getattr(getattr(api, "worker", None), "submission", None)
-    todo, seen = [f.removesuffix(".py") for f in fn.reads] if folder is not None else [], set()
-    while todo:  # the files it runs, and the submission's modules they import, and theirs
+    todo, seen = list(modules), set()
+    while todo:
         module = todo.pop()
         if module in seen:
             continue
@@ -112,7 +110,20 @@ def _measurement(name: str, api=None):
             continue
         libraries |= found
         todo += sorted(imported - seen)
-    return fn.target, fn.measured, name, tuple(sorted(libraries))
+    return tuple(sorted(libraries))
+
+
+def _measurement(name: str, api=None):
+    """(target, arguments, key name, the parts of numpy and torch the files it runs import) of a declared
+    measurement."""
+    from . import FUNCTIONS
+
+    fn = FUNCTIONS[name]
+    if not fn.measured:
+        raise TypeError(f"{name} declares no measured arguments (records.Function.measured)")
+    folder = getattr(getattr(api, "worker", None), "submission", None)
+    loads = imported_libraries(folder, [f.removesuffix(".py") for f in fn.reads]) if folder is not None else ()
+    return fn.target, fn.measured, name, loads
 
 
 def start_measurements(api, stage) -> None:
@@ -138,7 +149,11 @@ def start_measurements(api, stage) -> None:
 
 
 def _baseline_key(api, what, args, loads=()) -> tuple:
-    return (what, getattr(api.worker.launcher, "forks", False), tuple(args), grader_size(), tuple(loads))
+    """What a baseline's peak depends on: the measurement, how its child starts (forked, and from a server holding
+    torch or numpy alone: a numpy child forked from a torch server starts 100 MiB larger), the grader, the preloads."""
+    launcher = api.worker.launcher
+    return (what, getattr(launcher, "forks", False), getattr(launcher, "torch", None), tuple(args), grader_size(),
+            tuple(loads))
 
 
 def over_baseline(api, name: str) -> tuple:
@@ -159,15 +174,23 @@ def over_baseline(api, name: str) -> tuple:
     key = _baseline_key(api, what, args, loads)
     if key not in _BASELINE and (saved := _saved_baseline(key)) is not None:
         _BASELINE[key] = saved
-    base = threading.Thread(target=lambda: _BASELINE.setdefault(key, api.worker.measure(
-        target, *args, True, timeout=60, loads=loads)[1]))
+    def baseline() -> None:
+        try:
+            _BASELINE.setdefault(key, api.worker.measure(target, *args, True, timeout=60, loads=loads)[1])
+        except Exception:  # noqa: BLE001 - ended with a grade whose measured call failed first: nothing to compare
+            pass
+
+    base = threading.Thread(target=baseline)
     if key not in _BASELINE:
         base.start()
         if container_memory() is not None:  # in a small container, one torch-sized child at a time
             base.join()
-    value, peak, cpu = api.measure(name, *args, timeout=60, loads=loads)
+    try:
+        value, peak, cpu = api.measure(name, *args, timeout=60, loads=loads)
+    finally:  # the baseline's child is never left to a grade that ends
+        if base.ident is not None:
+            base.join()
     if base.ident is not None:
-        base.join()
         _save_baseline(key, _BASELINE.get(key))
     base_peak = _BASELINE.get(key)
     return value, None if peak is None or base_peak is None else peak - base_peak, cpu
@@ -180,7 +203,6 @@ def _baseline_file(key: tuple):
     import hashlib
     import os
     import sys
-    from importlib.metadata import version
     from pathlib import Path
 
     from ..sandbox import namespaces
@@ -188,9 +210,17 @@ def _baseline_file(key: tuple):
     if os.geteuid() == 0 and not namespaces.contained():
         return None
     child = Path(__file__).resolve().parent.parent / "child"  # read, not imported: this process never loads torch
-    code = b"".join((child / f).read_bytes() for f in ("drivers.py", "np_drivers.py"))
-    tag = hashlib.sha256(repr((key, sys.executable, version("torch"), namespaces.available())).encode() + code)
+    code = b"".join((child / f).read_bytes() for f in ("drivers.py", "np_drivers.py", "seeded.py"))
+    tag = hashlib.sha256(repr((key, sys.executable, _torch_version(), namespaces.available())).encode() + code)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attention-kit" / f"{key[0]}-{tag.hexdigest()[:16]}"
+
+
+@functools.cache
+def _torch_version() -> str:
+    """The installed torch's version, read from its metadata once per process (without importing torch)."""
+    from importlib.metadata import version
+
+    return version("torch")
 
 
 def _saved_baseline(key: tuple) -> int | None:

@@ -33,7 +33,7 @@ STAGE = Stage(
 
 @STAGE.check(points=1, kind="reference")
 def dot_scores_reference(api, ctx):
-    """dot_scores matches the reference (n = 1, n != d, float32)"""
+    """dot_scores matches the reference (float64 and float32 inputs, n = 1 and n != d among them)"""
     rng = ctx.rng("dot")
     for n, d, dt in [(5, 3, np.float64), (1, 4, np.float64), (3, 8, np.float32), (7, 2, np.float64)]:
         x = randn(rng, n, d, dtype=dt)
@@ -53,7 +53,7 @@ def dot_scores_symmetric(api, ctx):
 
 @STAGE.check(points=1.5, kind="reference")
 def simple_attention_reference(api, ctx):
-    """simple_self_attention matches the reference (n = 1, float32)"""
+    """simple_self_attention matches the reference (float64 and float32 inputs, n = 1 among them)"""
     rng = ctx.rng("simple")
     for n, d, dt in [(4, 4, np.float64), (6, 3, np.float64), (1, 5, np.float64), (5, 8, np.float32)]:
         x = randn(rng, n, d, dtype=dt)

@@ -74,7 +74,7 @@ STAGE = Stage(
 
 @STAGE.check(points=1.5, kind="reference")
 def reference(api, ctx):
-    """scaled_scores matches the reference (n_q != n_k, several d_k, float32)"""
+    """scaled_scores matches the reference (float64 and float32 inputs, n_q != n_k and several d_k among them)"""
     rng = ctx.rng("scaled")
     for n_q, n_k, d_k, dt in [(3, 5, 4, np.float64), (4, 4, 16, np.float64), (1, 6, 9, np.float64),
                               (5, 2, 64, np.float32)]:
