@@ -27,6 +27,7 @@ from .outcomes import (
     GraderBug,
     GraderEnvironment,
     MissingFixture,
+    NeverLoaded,
     StudentAborted,
     StudentError,
     StudentTimeout,
@@ -168,18 +169,22 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(failed(c, describe_error(e.info, submission, stage), Failure.RAISED, error=e.info,
                                   where=where_of(e.info, submission), origin=origin_of(e.info, stage),
                                   called=tuple(api.called)))
+        except NeverLoaded as e:  # a file it needs hung in its body before: not loaded again, not waited for
+            results.append(CheckResult(c, CheckStatus.NOT_RUN, f"not run: {e}", Failure.AFTER_ABORT,
+                                       origin=origin_of({"file": e.file}, stage)))
         except StudentAborted as e:  # it costs this check; a fresh child takes the next one
-            stopped += 1
+            loading = getattr(e, "loading", None)
+            stopped += 0 if loading else 1
             site, said = getattr(e, "where", None), str(e)
             if site and isinstance(e, StudentTimeout):  # the loop it was in, the same line every run
                 line = loop_line(submission, site[0], site[1])
                 said = said.replace(f"running {site[0]}:{site[1]},", f"running {site[0]}:{line},")
                 site = (site[0], line, site[2])
             origin = origin_of({"file": site[0]}, stage) if site else None
-            # twice: it will not finish; the rest of the stage is not run. Once where a module never finished loading
-            # (the hang was in its body: a file's body runs the same whatever the call, so every start would hang),
-            # or where it hung in another stage's code (this stage is blocked by that one, graded on its own)
-            if stopped >= ABORTS_PER_STAGE or (site and site[2] == "<module>") or (origin and origin != stage):
+            # twice: it will not finish; the rest of the stage is not run. Once where it hung running another stage's
+            # code (this stage is blocked by that one, graded on its own). A module whose body never finished loading
+            # is not loaded again (Worker._refuse_hung): the checks that need it are not run, the others are
+            if stopped >= ABORTS_PER_STAGE or (origin and origin != stage and not loading):
                 aborted = f"an earlier check of this stage did not finish ({said})"
             results.append(failed(c, f"your code did not finish: {said}",
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
@@ -347,6 +352,7 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
     drawn: dict = {}
     located: dict = {}
     bugs: list[GraderBug] = []
+    hung: dict[str, int] = {}  # the submission's files whose body never finished loading (runner.Worker.hung)
 
     def none_run(name: str, why: str, failure: Failure) -> list[CheckResult]:
         return [not_run(c, why, failure) for c in checks_to_run(name, public_only)]
@@ -356,6 +362,7 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
             Worker(submission, timeout=timeout, reuse_memory=not torch,
                    zygote=zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote)
         worker.deadline, worker.budget_s = t0 + budget_s, budget_s
+        worker.hung = hung  # a file whose body hung in one child is not loaded again in the other either
         api = StudentAPI(worker)
         try:
             if worker.child is None:  # what the stages' files import of numpy and torch loads in the child's start

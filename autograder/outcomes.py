@@ -32,11 +32,22 @@ class BudgetSpent(Exception):
 
 class StudentTimeout(StudentAborted):
     """No answer within the time limit of one call. `where` is (file, line, function) of the submission line
-    it was running, when the child's stack showed one."""
+    it was running, when the child's stack showed one; `loading` the submission file whose body was still
+    running (its import never finished), when one was on that stack."""
 
-    def __init__(self, message: str, where: tuple[str, int, str] | None = None) -> None:
+    def __init__(self, message: str, where: tuple[str, int, str] | None = None, loading: str | None = None) -> None:
         super().__init__(message)
         self.where = where
+        self.loading = loading
+
+
+class NeverLoaded(StudentAborted):
+    """A call refused before it started: a submission file it would load (`file`) never finished loading in an
+    earlier call of this grade (its body hung), and a module's body runs the same whatever the call."""
+
+    def __init__(self, message: str, file: str) -> None:
+        super().__init__(message)
+        self.file = file
 
 
 class StudentCrash(StudentAborted):

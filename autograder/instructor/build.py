@@ -126,9 +126,10 @@ your cache.
 - Each call of your code has 10 seconds (the first call in a fresh process 30, for one-time work such
   as imports). A call that hangs, crashes or exits loses its own check (for a hang, the report names
   the line of yours it was running, or the loop it was in), and the next check runs in a fresh process;
-  after a second such call the stage's remaining checks are not run. After the first already where the
-  call was stuck outside any function (a file that never finishes loading: it would be stuck again in
-  every process) or in another stage's code (the stage is then blocked by that one). Every other
+  after a second such call the stage's remaining checks are not run; after the first already where the
+  call was stuck in another stage's code (the stage is then blocked by that one). A file that never
+  finishes loading (stuck outside any function: it would be stuck again in every process) is waited
+  for once: the checks of any stage that need it are then not run, the others are. Every other
   stage is still graded.
 - A stage that fails only because an earlier stage it calls fails is shown as *blocked by* it. Its
   failing checks still cost their points until that stage is fixed: fix the blocking stage first.

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..child import no_processes, no_writes
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import BudgetSpent, GraderEnvironment, StudentCrash, StudentError, StudentTimeout, plain, plain_data
+from ..outcomes import BudgetSpent, GraderEnvironment, NeverLoaded, StudentCrash, StudentError, StudentTimeout, plain, plain_data
 from . import launchers, namespaces
 from .launchers import (
     ONE_THREAD,
@@ -109,6 +109,7 @@ class Worker:
         self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
         self.package_from: Path | None = None  # a folder with this submission's files to link them from (see place)
+        self.hung: dict[str, int] = {}  # files whose body never finished loading: {file: line}, shared by a grade's workers
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
@@ -274,6 +275,7 @@ class Worker:
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
         fresh.preload_libraries = tuple(loads)
         fresh.package_from = self.scratch / PACKAGE if self.child is not None else None
+        fresh.hung = self.hung
         self._fresh.add(fresh)
         try:
             if self.retired:  # retired between the check above and the line before
@@ -300,10 +302,31 @@ class Worker:
             self._fresh.discard(fresh)
             fresh.close()
 
+    def _refuse_hung(self, target: str) -> None:
+        """Fail a call at once whose module loads (itself, or through the submission's other modules) a file
+        whose body never finished loading earlier in this grade: its import would hang again, whatever the call,
+        and each call would wait out its limit for nothing. Calls that load none of those files run as usual.
+        (The record comes from the child's stack: forged, it costs only the forger's own calls.)"""
+        if not self.hung:
+            return
+        from .static_check import loaded_files
+
+        snap = current(self.submission) or take(self.submission)
+        for file in sorted(loaded_files(snap.data, target.split(":")[0]) & set(self.hung)):
+            line = self.hung[file]
+            raise NeverLoaded(f"{file} never finished loading in an earlier check (its body was still running "
+                              f"line {line} at the time limit), so it is not loaded again", file)
+
     def hang_site(self, wait: float = 1.0) -> tuple[str, int, str] | None:
         """(file, line, function) of the submission that a call past its limit was running: the innermost
         frame in a submission file of the stack the child wrote just before the limit (child/worker.py's
         watch_for_a_hang). None when it wrote none (it never reached the student's code) or it cannot be read."""
+        frames = self.hang_frames(wait)
+        return frames[0] if frames else None
+
+    def hang_frames(self, wait: float = 1.0) -> list[tuple[str, int, str]]:
+        """The submission's frames, innermost first, of the stack a call past its limit left (see hang_site):
+        those of the first thread that was running any."""
         from ..stages import SUBMISSION_FILES
 
         path, deadline = self.scratch / "stack.txt", time.monotonic() + wait
@@ -320,11 +343,13 @@ class Worker:
             if text or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
-        for m in re.finditer(r'File "([^"]+)", line (\d+) in (\S+)', text):  # most recent call first
-            file = Path(m.group(1))
-            if file.parent.name == PACKAGE and file.name in SUBMISSION_FILES:
-                return file.name, int(m.group(2)), m.group(3)
-        return None
+        for block in re.split(r"^(?:Current thread|Thread) ", text, flags=re.M):  # one per thread
+            frames = [(Path(m.group(1)).name, int(m.group(2)), m.group(3))  # most recent call first
+                      for m in re.finditer(r'File "([^"]+)", line (\d+) in (\S+)', block)
+                      if Path(m.group(1)).parent.name == PACKAGE and Path(m.group(1)).name in SUBMISSION_FILES]
+            if frames:
+                return frames
+        return []
 
     def _read_log(self, offset: int, n: int) -> bytes:
         """At most `n` bytes of the child's log from `offset` (b"" once it is closed)."""
@@ -361,6 +386,7 @@ class Worker:
         left in `self.trace` (a list of records, or None when none came back)."""
         from ..child import wire  # imported here, not above: prestart starts the children before numpy loads
 
+        self._refuse_hung(target)
         if self.child is None:
             self.start()
         if not self._vetted:  # before the child imports anything of the submission (it does so lazily)
@@ -422,11 +448,16 @@ class Worker:
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                site = self.hang_site()
+                frames = self.hang_frames()
+                site = frames[0] if frames else None
+                # the innermost module body on the stack: an import that never finished (not tried again, _refuse_hung)
+                loading = next((f for f in frames if f[2] == "<module>"), None)
+                if loading:
+                    self.hung.setdefault(loading[0], loading[1])
                 self.close()
                 at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
                 raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow){at}",
-                                     where=site)
+                                     where=site, loading=loading[0] if loading else None)
             ready, _, _ = select.select([self.child.results], [], [], left)
             if ready:
                 try:

@@ -227,6 +227,20 @@ def library_imports(source: bytes | str, own: set[str]) -> tuple[frozenset[str],
     return frozenset(libraries), frozenset(modules)
 
 
+def loaded_files(sources: dict[str, bytes], module: str) -> set[str]:
+    """The submission files importing `module` loads: its own and every stage module it imports, directly or
+    through another (by name or relatively), read from `sources` ({file name: bytes})."""
+    own = {f.removesuffix(".py") for f in sources if f.endswith(".py")}
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in own:
+            continue
+        seen.add(name)
+        todo.extend(library_imports(sources[name + ".py"], own)[1])
+    return {name + ".py" for name in seen}
+
+
 def _library_names(tree: ast.Module) -> set[str]:
     """The names a module binds to numpy, torch or the standard library: `np`, `F`, `nn`, `Tensor`, `math`."""
     names = set()
