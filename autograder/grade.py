@@ -383,7 +383,7 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                     return
             for name in names:  # measurements in fresh children start now, beside the checks that follow
                 if not any(problem(submission / f) for f in BY_NAME[name].files):
-                    start_measurements(api, BY_NAME[name])
+                    start_measurements(api, BY_NAME[name], ctx.seed)
             environment = None
             for name in names:
                 if environment:  # the child cannot start: the stages after it are not run either

@@ -32,6 +32,8 @@ class Function:
     # time the grader reads, beside a baseline child that runs the same driver with baseline=True (the grader's own
     # code); both start as soon as the stage's child is ready (stages.common.start_measurements)
     measured: tuple = ()
+    # a measurement whose CPU time is compared with its baseline's: that baseline child runs in every grade, beside it
+    timed: bool = False
 
     def code(self) -> list[tuple[str, str | None]]:
         """(submission file, function) pairs this name runs: the student's function itself, or for a

@@ -19,6 +19,7 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     Stable for large scores (e.g. +-1e4): the slice maximum is subtracted first,
     which changes no ratio because the common factor cancels.
     Adding the same number to every score in a slice leaves the weights unchanged.
-    Write it with numpy alone: softmax.py may not import scipy, torch, jax or tensorflow, not even unused.
+    Write it with numpy alone: softmax.py, and any stage module it imports, may not import scipy,
+    torch, jax or tensorflow, not even unused.
     """
     raise NotImplementedError("softmax: write this part of softmax")

@@ -341,7 +341,7 @@ def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
     try:
         w.measure_soon(fn.target, *fn.measured, timeout=60)
         value, peak, cpu = w.measure(fn.target, *fn.measured, timeout=60)
-        assert value == [fn.measured[0], fn.measured[1]] and len(launched) == 1
+        assert value["shape"] == [fn.measured[0], fn.measured[1]] and len(launched) == 1
         w.measure(fn.target, *fn.measured, timeout=60)  # asked again: measured again, in a child of its own
         assert len(launched) == 2
     finally:
@@ -391,17 +391,36 @@ ROW_BY_ROW = ("            k, v = cache.append(k, v)  # [B, H, L, D]: every cach
               "            return self.merge(torch.cat(rows, -2))\n")
 
 
-def test_a_quadratic_decode_step_done_a_row_at_a_time_is_caught_by_its_cpu_time(tmp_path):
-    """Redoing every pair of positions one row at a time keeps the step's memory small and its output right, but
-    its CPU time (the kernel's count, read by the grader) grows with the square of the cache length: the cost
-    check fails and names the mistake, and the correct step's growth is reported in milliseconds."""
-    res = grade(variant(tmp_path, {"module.py": [ROW_BY_ROW]}), stages=["kv_cache"])
+# found by a stranger attacker: the step used to be timed at 1,023 and at 255 positions, and burning CPU at the
+# shorter length hid the growth (13/16 -> 16/16); the grader's own step at the same length is what it is held to now
+PADDED = ("            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n",
+          "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+          "            T, L = q.shape[-2], k.shape[-2]\n"
+          "            qq = torch.cat([q.new_zeros(q.shape[0], self.n_heads, L - T, q.shape[-1]), q], -2)\n"
+          "            y = torch.empty_like(qq)\n"
+          "            pos = torch.arange(L)\n"
+          "            for i in list(range(0, L, 16)) * (round((1024 / L) ** 2) if 128 <= L < 1024 else 1):\n"
+          "                j = min(i + 16, L)\n"
+          "                sc = qq[..., i:j, :] @ k.transpose(-2, -1) / k.shape[-1] ** 0.5\n"
+          "                sc.masked_fill_(pos[None, :] > pos[i:j, None], float('-inf'))\n"
+          "                torch.matmul(sc.softmax(dim=-1), v, out=y[..., i:j, :])\n"
+          "            return self.merge(y[..., L - T:, :])\n")
+
+
+@pytest.mark.parametrize("edit", [ROW_BY_ROW, PADDED], ids=["row by row", "padded at shorter lengths"])
+def test_a_quadratic_decode_step_done_a_few_rows_at_a_time_is_caught_by_its_cpu_time(tmp_path, edit):
+    """Redoing every pair of positions a few rows at a time keeps the step's memory small and its output right,
+    but its CPU time (the kernel's count, read by the grader) is far above the grader's own step at the same
+    length, whatever it does at other lengths: the cost check fails and names the mistake, and the correct
+    step's difference is reported in milliseconds."""
+    res = grade(variant(tmp_path, {"module.py": [edit]}), stages=["kv_cache"])
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
-    assert not cost.passed and cost.diagnosis == "cache-quadratic-step" and "CPU time grew" in cost.message
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert "more than the grader's own step" in cost.message
     assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
     ok = [r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks
           if r.check.name == "decode_step_cost_linear"][0]
-    assert ok.passed and "its CPU time grew by" in ok.note, ok.note
+    assert ok.passed and "against the grader's own step" in ok.note, ok.note
 
 
 def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):
@@ -521,3 +540,65 @@ def test_the_grading_child_loads_the_torch_parts_the_stages_import_in_its_start(
     monkeypatch.setattr(runner.Worker, "start", lambda self: started.append(self.preload_libraries) or real(self))
     grade(sub, stages=["fused"])
     assert "torch.nn.attention.bias" in started[0], started
+
+
+def _replaced(tmp_path, name: str, file: str, start: str, end: str, body: str):
+    """A copy of the solutions with the lines of `file` from `start` to `end` (inclusive) replaced by `body`."""
+    import shutil
+
+    dest = tmp_path / name
+    shutil.copytree(SOLUTIONS, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (dest / file).read_text()
+    i = text.index(start)
+    j = text.index(end, i) + len(end)
+    (dest / file).write_text(text[:i] + body + text[j:])
+    return dest
+
+
+HAND_FUSED = ("    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+              "    if causal:\n"
+              "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
+              "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+              "    return scores.softmax(-1) @ v\n")
+HAND_TILED = ("    n_k = k.shape[0]\n"
+              "    s = (q @ k.T) / np.sqrt(d_k)\n"
+              "    if causal:\n"
+              "        s = np.where(np.arange(n_k)[None, :] <= (n_k - n_q + np.arange(n_q))[:, None], s, -np.inf)\n"
+              "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+              "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
+
+
+def test_a_measured_call_right_only_where_the_small_checks_look_gains_nothing(tmp_path):
+    """Found by a stranger attacker: the memory checks' calls (T = 8192 fused, n = 4096 tiled) were judged by the
+    output's shape, so an untiled, unfused version that returned zeros at those sizes kept its memory small and
+    took the points (fused 8.5 -> 14, tiled 6.5 -> 8). Their outputs are now checked at rows the grader picks
+    after the call: the forger gets no more than its honest twin, and the message says the values are wrong."""
+    fused = ("    p = dropout_p if training else 0.0\n",
+             "    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)\n")
+    tiled = ("    n_k, d_v = v.shape\n", "        out[i0:i1] = acc / l[:, None]\n    return out\n")
+    zeros_f = "    if T_k >= 4096:\n        return q.new_zeros(q.shape[:-1] + v.shape[-1:])\n"
+    zeros_t = "    if n_q >= 4096:\n        return np.zeros((n_q, v.shape[1]))\n"
+    scores = {}
+    for name, body_f, body_t in (("honest", HAND_FUSED, HAND_TILED), ("forger", zeros_f + HAND_FUSED, zeros_t + HAND_TILED)):
+        sub = _replaced(tmp_path, name, "fused.py", *fused, body_f)
+        text = (sub / "tiled.py").read_text()
+        i, j = text.index(tiled[0]), text.index(tiled[1]) + len(tiled[1])
+        (sub / "tiled.py").write_text(text[:i] + body_t + text[j:])
+        res = grade(sub, stages=["fused", "tiled"])
+        scores[name] = {s: res.stages[s].score for s in ("fused", "tiled")}
+        if name == "forger":
+            msgs = " ".join(r.message for s in ("fused", "tiled") for r in res.stages[s].checks if not r.passed)
+            assert "at rows picked after the call" in msgs, msgs
+    for stage in ("fused", "tiled"):
+        assert scores["forger"][stage] <= scores["honest"][stage] < 14, scores
+
+
+def test_softmax_borrowing_torch_through_another_stage_module_loses_the_library_check(tmp_path):
+    """Found by a stranger attacker: `from .tiled import torch` in softmax.py kept the no-library check (11 -> 12):
+    the imports of every stage module softmax.py loads count."""
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import numpy as np\n\nfrom .tiled import torch\n")],
+                             "tiled.py": [("import numpy as np\n", "import numpy as np\nimport torch\n")]})
+    res = grade(sub, stages=["softmax"])
+    lost = [r for r in res.stages["softmax"].checks if not r.passed]
+    assert [r.check.name for r in lost] == ["no_library_softmax"], lost
+    assert "tiled.py line" in lost[0].message and "softmax.py imports it" in lost[0].message

@@ -141,7 +141,7 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     return torch.cat(outs, dim=1)
 
 
-def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, pkg):
+def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, seed=0, pkg):
     """One decode step (one new token) after `length` cached positions, in a fresh child that ends after it, so
     the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure). The cache is filled
     through `append` with the keys and values of seeded.decode_step (a prefill through forward would itself
@@ -150,9 +150,11 @@ def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, pkg):
     Returns the step's output and the cache's length after it (the peak, measured outside, decides; the
     output must be the right one, which the parent checks)."""
     qkv_w, out_w, k_old, v_old, x = (torch.as_tensor(a, dtype=torch.float32)
-                                     for a in seeded.decode_step(batch, n_heads, d_head, length))
+                                     for a in seeded.decode_step(batch, n_heads, d_head, length, seed))
     with torch.no_grad():
-        if baseline:
+        if baseline:  # the layers a module holds are made too: their start is part of either step's CPU time
+            C = n_heads * d_head
+            torch.nn.Linear(C, 3 * C, bias=False), torch.nn.Linear(C, C, bias=False)
             return {"out": _decode_step_baseline(x, qkv_w, out_w, k_old, v_old, n_heads), "length": length + 1}
         m = _build(pkg, x.shape[-1], n_heads, False, qkv_w, out_w)
         cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + 1, d_head)
@@ -244,35 +246,35 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
-def fused_memory_run(T, d_head=32, baseline=False, *, pkg):
+def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, pkg):
     """One causal call at length T (B = H = 1) in a fresh child that ends after it, so the parent can read
     the child's peak memory when it reaps it (sandbox.Worker.measure): the student's fused_attention, or,
-    for the baseline, F.scaled_dot_product_attention itself. Returns the output's shape and the SDPA calls
-    seen (which only name the mistake: the peak, measured outside, decides)."""
+    for the baseline, F.scaled_dot_product_attention itself, on seeded.attention_inputs. Returns the output (the
+    parent checks rows of it that it picks afterwards), its shape and the SDPA calls seen (which only name the
+    mistake: the peak, measured outside, decides)."""
     fa = _sdpa_causal if baseline else _mod(pkg, "fused").fused_attention
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, T, d_head, generator=g) for _ in range(3))
+    q, k, v = (torch.from_numpy(a).view(1, 1, T, d_head) for a in seeded.attention_inputs(T, d_head, seed))
     with _SdpaSpy() as spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
-    return {"calls": spy.calls, "shape": list(out.shape) if hasattr(out, "shape") else None}
+    shape = list(out.shape) if hasattr(out, "shape") else None
+    return {"calls": spy.calls, "shape": shape, "out": None if baseline or shape != [1, 1, T, d_head] else out}
 
 
-def module_fused_memory_run(T, d_model=32, baseline=False, *, pkg):
+def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, pkg):
     """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1) in a fresh child that
     ends after it, so the parent can read the child's peak memory (sandbox.Worker.measure); for the baseline,
     the same projections around F.scaled_dot_product_attention itself, none of the submission. Returns the
-    output's shape and the SDPA calls seen (which only name the mistake: the peak, measured outside, decides)."""
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(1, T, d_model, generator=g)
-    qkv_w = torch.randn(3 * d_model, d_model, generator=g) / d_model**0.5
-    out_w = torch.randn(d_model, d_model, generator=g) / d_model**0.5
+    output (checked by the parent at rows it picks afterwards), its shape and the SDPA calls seen (which only name
+    the mistake: the peak, measured outside, decides)."""
+    x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, d_model, seed))
     with _SdpaSpy() as spy, torch.no_grad():
         if baseline:
             q, k, v = (t.unsqueeze(1) for t in F.linear(x, qkv_w).split(d_model, dim=-1))  # [1, 1, T, C]
             out = F.linear(_sdpa_causal(q, k, v).squeeze(1), out_w)  # [1, T, C]
         else:
             out = _build(pkg, d_model, 1, True, qkv_w, out_w)(x)
-    return {"calls": spy.calls, "shape": list(out.shape) if hasattr(out, "shape") else None}
+    shape = list(out.shape) if hasattr(out, "shape") else None
+    return {"calls": spy.calls, "shape": shape, "out": None if baseline or shape != [1, T, d_model] else out}
 
 
 def _sdpa_causal(q, k, v, causal=True):

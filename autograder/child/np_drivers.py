@@ -5,7 +5,7 @@ import importlib
 
 import numpy as np
 
-from autograder.child import invariants
+from autograder.child import invariants, seeded
 
 
 def _mod(pkg: str, name: str):
@@ -18,12 +18,14 @@ def dropout_probe(weights, p, seed, training, *, pkg):
     return invariants.call(fn, np.asarray(weights), p, np.random.default_rng(seed), training)
 
 
-def tiled_memory_run(n, d=16, block=64, baseline=False, *, pkg):
+def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, pkg):
     """One causal tiled call at n = n_q = n_k in a fresh child that ends after it, so the parent can read the
     child's peak memory when it reaps it (sandbox.Worker.measure); for the baseline, the same inputs and no
-    call. Returns the output's shape (the peak, measured outside, decides)."""
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
+    call. Returns {"shape", "out"}: the output, which the parent checks at rows it picks afterwards (the peak,
+    measured outside, decides the memory)."""
+    q, k, v = seeded.attention_inputs(n, d, seed, np.float64)
     if baseline:
-        return [n, d]
-    return list(np.shape(_mod(pkg, "tiled").tiled_attention(q, k, v, True, block, block)))
+        return {"shape": [n, d], "out": None}
+    out = _mod(pkg, "tiled").tiled_attention(q, k, v, True, block, block)
+    shape = list(np.shape(out))
+    return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [n, d] else None}

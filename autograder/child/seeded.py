@@ -16,3 +16,19 @@ def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 
     qkv_w, out_w = draw((3 * C, C)) / np.float32(C**0.5), draw((C, C)) / np.float32(C**0.5)
     k_old, v_old = (draw((batch, n_heads, length, d_head)) for _ in range(2))
     return qkv_w, out_w, k_old, v_old, draw((batch, 1, C))
+
+
+def attention_inputs(n: int, d: int, seed: int = 0, dtype=np.float32) -> tuple:
+    """q, k, v [n, d] of one measured causal call (the fused and tiled memory checks), drawn from the grade's seed:
+    the parent checks rows of the output that it picks after the call, so a call must be right everywhere."""
+    source = np.random.default_rng(seed)
+    return tuple(source.standard_normal((n, d), dtype=np.float32).astype(dtype, copy=False) for _ in range(3))
+
+
+def module_inputs(n: int, d_model: int, seed: int = 0) -> tuple:
+    """x [1, n, C] and the weights qkv [3C, C], out [C, C] of one measured causal forward, float32."""
+    source = np.random.default_rng(seed)
+    x = source.standard_normal((1, n, d_model), dtype=np.float32)
+    qkv_w = source.standard_normal((3 * d_model, d_model), dtype=np.float32) / np.float32(d_model**0.5)
+    out_w = source.standard_normal((d_model, d_model), dtype=np.float32) / np.float32(d_model**0.5)
+    return x, qkv_w, out_w

@@ -126,11 +126,12 @@ def _measurement(name: str, api=None):
     return fn.target, fn.measured, name, loads
 
 
-def start_measurements(api, stage) -> None:
-    """Start the stage's declared measurements (Function.measured) now, each in a fresh child of its own, and
-    the baselines not yet known beside them: they run while the stage's other checks use the grading child, and
-    the checks that ask for them (over_baseline) take their results. Not in a memory-limited container,
-    where torch-sized children run one at a time, when asked."""
+def start_measurements(api, stage, seed: int = 0) -> None:
+    """Start the stage's declared measurements (Function.measured) now, each in a fresh child of its own, on
+    inputs drawn from the grade's `seed`, and the baselines not yet known beside them (a timed one's every time):
+    they run while the stage's other checks use the grading child, and the checks that ask for them
+    (over_baseline) take their results. Not in a memory-limited container, where torch-sized children run one
+    at a time, when asked."""
     from ..child.policy import container_memory
 
     if container_memory() is not None:
@@ -142,9 +143,9 @@ def start_measurements(api, stage) -> None:
         soon = getattr(api.worker, "measure_soon", None)
         if soon is None:  # a stand-in worker (the tests'): measured when asked
             return
-        soon(target, *args, timeout=60, loads=loads)
+        soon(target, *args, timeout=60, loads=loads, seed=seed)
         key = _baseline_key(api, what, args, loads)
-        if key not in _BASELINE and _saved_baseline(key) is None:
+        if fn.timed or (key not in _BASELINE and _saved_baseline(key) is None):
             soon(target, *args, True, timeout=60, loads=loads)
 
 
@@ -156,44 +157,81 @@ def _baseline_key(api, what, args, loads=()) -> tuple:
             tuple(loads))
 
 
-def over_baseline(api, name: str) -> tuple:
-    """The declared measurement `name` (Function.measured: its arguments) run alone in a fresh child: its value,
-    the peak memory it added over a fresh child that ran the same driver with baseline=True (the same work done
-    by the grader's own code, none of the submission), and the CPU time of its call (its start, which it said
-    before any of the submission ran, taken off). Peaks and CPU times are the kernel's, read by the grader when
-    it reaps each child: code in the submission can raise its own, never lower them, and never reaches the
-    baseline's. The baseline child runs at the same time, or first inside a memory-limited container (once per
-    grading process, kind of child and arguments; its peak is kept between runs where no child can rewrite it:
-    a CPU time is not, since it depends on the moment's load). Returns (value, added peak bytes, CPU seconds),
-    each None where the system does not count it."""
+def over_baseline(api, name: str, seed: int = 0) -> tuple:
+    """The declared measurement `name` (Function.measured: its arguments) run alone in a fresh child, on inputs
+    drawn from `seed`: its value, the peak memory it added over a fresh child that ran the same driver with
+    baseline=True (the same work done by the grader's own code, none of the submission), and the CPU time of its
+    call (its start, which it said before any of the submission ran, taken off). Peaks and CPU times are the
+    kernel's, read by the grader when it reaps each child: code in the submission can raise its own, never lower
+    them, and never reaches the baseline's. The baseline child runs at the same time, or first inside a
+    memory-limited container (once per grading process, kind of child and arguments; its peak is kept between
+    runs where no child can rewrite it). Returns (value, added peak bytes, CPU seconds), each None where the
+    system does not count it."""
+    return _beside_baseline(api, name, seed)[:3]
+
+
+def timed_over_baseline(api, name: str, seed: int = 0) -> tuple:
+    """over_baseline for a measurement declared `timed`, and the baseline's CPU time too: its baseline child runs in
+    this grade, beside it, every time (a CPU time depends on the moment's load, so it is never kept). Returns
+    (value, added peak bytes, CPU seconds, the baseline's CPU seconds)."""
+    return _beside_baseline(api, name, seed)
+
+
+def _beside_baseline(api, name: str, seed: int) -> tuple:
     import threading
 
     from ..child.policy import container_memory
+    from . import FUNCTIONS
 
+    timed = FUNCTIONS[name].timed
     target, args, what, loads = _measurement(name, api)
     key = _baseline_key(api, what, args, loads)
     if key not in _BASELINE and (saved := _saved_baseline(key)) is not None:
         _BASELINE[key] = saved
+    box: dict = {}
+
     def baseline() -> None:
         try:
-            _BASELINE.setdefault(key, api.worker.measure(target, *args, True, timeout=60, loads=loads)[1])
+            box["value"] = api.worker.measure(target, *args, True, timeout=60, loads=loads)
+            _BASELINE.setdefault(key, box["value"][1])
         except Exception:  # noqa: BLE001 - ended with a grade whose measured call failed first: nothing to compare
             pass
 
     base = threading.Thread(target=baseline)
-    if key not in _BASELINE:
+    if timed or key not in _BASELINE:
         base.start()
         if container_memory() is not None:  # in a small container, one torch-sized child at a time
             base.join()
     try:
-        value, peak, cpu = api.measure(name, *args, timeout=60, loads=loads)
+        value, peak, cpu = api.measure(name, *args, timeout=60, loads=loads, seed=seed)
     finally:  # the baseline's child is never left to a grade that ends
         if base.ident is not None:
             base.join()
     if base.ident is not None:
         _save_baseline(key, _BASELINE.get(key))
     base_peak = _BASELINE.get(key)
-    return value, None if peak is None or base_peak is None else peak - base_peak, cpu
+    base_cpu = box["value"][2] if "value" in box else None
+    return value, None if peak is None or base_peak is None else peak - base_peak, cpu, base_cpu
+
+
+def sampled_rows(n: int, count: int = 64) -> list[int]:
+    """`count` row indices of an n-row output, drawn here, after the call, from the system's randomness: the child
+    that made the output could not know them, so only an output right everywhere passes (the last row always)."""
+    import random
+
+    return sorted({n - 1, *random.SystemRandom().sample(range(n), min(count, n))})
+
+
+def causal_rows(q: np.ndarray, k: np.ndarray, v: np.ndarray, rows: list[int]) -> np.ndarray:
+    """Rows of causal attention softmax(q k^T / sqrt(d)) v for square q, k [n, d] (row i sees keys 0..i), in
+    float64: [len(rows), d_v]."""
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    out = np.empty((len(rows), v.shape[-1]))
+    for j, i in enumerate(rows):
+        s = k[: i + 1] @ q[i] / np.sqrt(q.shape[-1])  # [i + 1]
+        w = np.exp(s - s.max())
+        out[j] = w @ v[: i + 1] / w.sum()
+    return out
 
 
 def _baseline_file(key: tuple):

@@ -1,11 +1,12 @@
 """Stage 8 checks: one fused scaled_dot_product_attention call."""
 import numpy as np
 
+from ..child import seeded
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import expect_defaults, over_baseline, randn, shape_str
+from .common import causal_rows, expect_defaults, over_baseline, randn, sampled_rows, shape_str
 from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
@@ -209,10 +210,16 @@ def module_fused_path(api, ctx):
     check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, 2), "CausalSelfAttention(fused=True) forward",
                 inputs=shape_str(x))
     T, C = MEMORY_T_D
-    big, peak, _ = over_baseline(api, "module_fused_memory_run")
+    big, peak, _ = over_baseline(api, "module_fused_memory_run", ctx.seed)
     if big["shape"] != [1, T, C]:
         raise Fail(f"CausalSelfAttention({C}, 1, fused=True) on x [1, {T}, {C}] returned shape {big['shape']}; "
                    f"expected [1, {T}, {C}]")
+    x, qkv_w, out_w = seeded.module_inputs(T, C, ctx.seed)
+    q, k, v = np.split(x[0].astype(np.float64) @ qkv_w.T.astype(np.float64), 3, axis=-1)  # each [T, C]
+    rows = sampled_rows(T)
+    check_close(np.asarray(big["out"])[0, rows], causal_rows(q, k, v, rows) @ out_w.T.astype(np.float64),
+                f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens (the memory check's call), at rows picked "
+                "after the call", inputs=f"x [1, {T}, {C}]")
     if peak is not None and peak > T * T * 4 / 4:
         raise diagnosed("fused-not-fused" if not big["calls"] else None,
                         f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens raised peak memory by "
@@ -251,10 +258,14 @@ def no_quadratic_memory(api, ctx):
     T, D = MEMORY_T_D
     # the student's call run alone in a fresh child, and the peak memory it added over a child that made the
     # same call with F.scaled_dot_product_attention itself (common.over_baseline)
-    r, peak, _ = over_baseline(api, "fused_memory_run")
+    r, peak, _ = over_baseline(api, "fused_memory_run", ctx.seed)
     tt = T * T * 4
     if r["shape"] != [1, 1, T, D]:
         raise Fail(f"fused_attention of q, k, v [1, 1, {T}, {D}] returned shape {r['shape']}; expected [1, 1, {T}, {D}]")
+    rows = sampled_rows(T)  # the memory is a pass only for a call that is right: at rows the child could not know
+    check_close(np.asarray(r["out"])[0, 0, rows], causal_rows(*seeded.attention_inputs(T, D, ctx.seed), rows),
+                f"fused_attention causal at T={T} (the memory check's call), at rows picked after the call",
+                inputs=f"q, k, v [1, 1, {T}, {D}]")
     if peak is None:
         return f"memory of one causal call at T={T}: not measured (this system does not report a process's peak)"
     if peak > tt / 4:

@@ -1,11 +1,12 @@
 """Bonus stage 9: tiled attention with an online softmax (FlashAttention-style forward)."""
 import numpy as np
 
+from ..child import seeded
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, shape_str
+from .common import RAISED, causal_rows, expect_defaults, expect_value_error, over_baseline, randn, sampled_rows, shape_str
 
 MEMORY_N = 4096
 MEMORY_BLOCK = 256  # 136 block pairs of a causal loop at n = 4096 (blocks of 64: 2,080); a block of scores is 0.5 MiB
@@ -93,9 +94,13 @@ def tiled_memory_linear(api, ctx):
     n = MEMORY_N
     # the call run alone in a fresh child, and the peak memory it added over a child that built the same inputs
     # without calling (common.over_baseline: both peaks are the kernel's, read by the grader)
-    shape, extra, _ = over_baseline(api, "tiled_memory_run")
-    if list(shape) != [n, 16]:
-        raise Fail(f"tiled_attention of q, k, v [{n}, 16] returned shape {shape}; expected [{n}, 16]")
+    r, extra, _ = over_baseline(api, "tiled_memory_run", ctx.seed)
+    if list(r["shape"]) != [n, 16]:
+        raise Fail(f"tiled_attention of q, k, v [{n}, 16] returned shape {r['shape']}; expected [{n}, 16]")
+    rows = sampled_rows(n)  # the memory is a pass only for a call that is right: at rows the child could not know
+    check_close(np.asarray(r["out"])[rows], causal_rows(*seeded.attention_inputs(n, 16, ctx.seed, np.float64), rows),
+                f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK} (the memory check's call), at rows picked "
+                "after the call", inputs=f"q, k, v [{n}, 16]")
     full = n * n * 8
     if extra is None:
         return f"memory of one causal call at n={n}: not measured (this system does not report a process's peak)"
