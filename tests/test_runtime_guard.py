@@ -316,7 +316,11 @@ def test_an_endless_answer_is_cut_off_without_the_grader_drowning(tmp_path, stat
 @pytest.mark.parametrize("line", [f"{MODULES}['os'].fork() or {MODULES}['os'].execv('/usr/bin/touch', ['touch', 'MARK'])",
                                   f"{MODULES}['builtins'].__import__('_socket').socket()",
                                   # found by a stranger: a file in memory, which no address-space limit counts
-                                  f"{MODULES}['os'].memfd_create('x')"])
+                                  f"{MODULES}['os'].memfd_create('x')",
+                                  # found by a stranger attacker: System V shared memory outlived the child, beyond
+                                  # its memory limit, and was read by another submission's child of the same batch
+                                  f"_c = {MODULES}['ctypes']; _n = _c.CDLL(None, use_errno=True).shmget(0x4141, 4096, "
+                                  f"0o1666); _e = _c.get_errno()\n    if _n < 0: raise OSError(_e, {MODULES}['os'].strerror(_e))"])
 def test_the_kernel_refuses_processes_and_sockets_beneath_the_guard(line, tmp_path, static_check_off, monkeypatch):
     """With the guard switched off (as if a call had slipped past it: `_posixsubprocess.fork_exec` reports no audit
     event), the child's seccomp filter still refuses new processes, programs and sockets: no program runs."""
@@ -448,3 +452,22 @@ def test_a_file_a_library_opens_from_its_own_code_is_refused(tmp_path, static_ch
         finally:
             w.close()
     assert said["off"] == "linked" and said["on"].startswith("refused"), said
+
+
+def test_what_the_child_can_write_is_never_the_graders_code(tmp_path):
+    """Found by a stranger attacker: under the fork server the child's folder lies beneath a folder of the import
+    path (the server's home), so a module it wrote beside its package (torch.from_file) and loaded through
+    importlib counted as the grader's code, and the guard let it open files, list folders and load ctypes. The
+    child's whole folder is never trusted; the grader's files beside it still are."""
+    from autograder.child.guard import Guard
+
+    home = tmp_path / "home"
+    scratch = home / "grades" / "attn-grade-x"
+    (scratch / "submission").mkdir(parents=True)
+    (home / "autograder").mkdir()
+    for path in (scratch / "evil_mod.py", scratch / "submission" / "softmax.py", home / "autograder" / "drivers.py"):
+        path.write_text("")
+    guard = Guard(str(scratch / "submission"), "submission", [str(home)])
+    assert not guard.is_trusted(str(scratch / "evil_mod.py"))
+    assert not guard.is_trusted(str(scratch / "submission" / "softmax.py"))
+    assert guard.is_trusted(str(home / "autograder" / "drivers.py"))

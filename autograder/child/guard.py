@@ -73,6 +73,10 @@ def _module_allowed(name: str, own: frozenset) -> bool:
 class Guard:
     def __init__(self, sub_dir: str, pkg: str, roots: list[str]) -> None:
         self.sub_dir = _realpath(sub_dir) + _SEP
+        # the child's whole folder (the submission's, its HOME and TMPDIR): what it can write is never the grader's
+        # code, even where that folder lies under a folder of the import path (a fork server's home)
+        scratch = _realpath(sub_dir.rstrip(_SEP).rpartition(_SEP)[0] or _SEP).rstrip(_SEP) + _SEP
+        self.scratch = self.sub_dir if scratch == _SEP else scratch
         self.own = frozenset({pkg})
         self.roots = tuple(sorted({_realpath(r).rstrip(_SEP) + _SEP for r in roots if r}))
         self.readable = (*self.roots, self.sub_dir)
@@ -103,7 +107,7 @@ class Guard:
                 known = False  # code made from a string, or a path that cannot be placed
             else:
                 real = _realpath(filename)
-                known = real.startswith(self.roots) and not real.startswith(self.sub_dir)
+                known = real.startswith(self.roots) and not real.startswith((self.sub_dir, self.scratch))
             self.trusted[filename] = known
         return known
 

@@ -2,8 +2,11 @@
 refuses it new processes, other programs and sockets, however the code asks (the run-time guard sees
 only what Python reports: a function such as `_posixsubprocess.fork_exec` starts a program unseen).
 
-Refused with EPERM: execve, execveat, fork, vfork, clone without CLONE_THREAD (a new process), socket, and
-memfd_create (a file in memory, which no address-space limit counts).
+Refused with EPERM: execve, execveat, fork, vfork, clone without CLONE_THREAD (a new process), socket,
+memfd_create (a file in memory, which no address-space limit counts), and the calls that make System V shared
+memory, semaphores and message queues and POSIX message queues (shmget, semget, msgget, mq_open): such objects
+outlive the child, hold memory no limit of its counts, and are shared by every process of the same IPC namespace
+(another submission's child, forked from the same server, could read them).
 clone3 answers ENOSYS, so the C library falls back to clone, whose flags the filter can read: threads
 (clone with CLONE_THREAD) stay allowed, since numpy, torch and faulthandler's watchdog use them. The
 filter applies to every thread of the child (TSYNC) and to whatever it would start; it cannot be
@@ -19,10 +22,12 @@ import sys
 # per architecture: the audit arch, and the syscall numbers (fork and vfork do not exist on aarch64)
 TABLES = {
     "x86_64": {"arch": 0xC000003E, "seccomp": 317, "execve": 59, "execveat": 322, "fork": 57, "vfork": 58,
-               "clone": 56, "clone3": 435, "socket": 41, "memfd_create": 319},
+               "clone": 56, "clone3": 435, "socket": 41, "memfd_create": 319, "shmget": 29, "semget": 64,
+               "msgget": 68, "mq_open": 240},
     "aarch64": {"arch": 0xC00000B7, "seccomp": 277, "execve": 221, "execveat": 281, "clone": 220, "clone3": 435,
-                "socket": 198, "memfd_create": 279},
+                "socket": 198, "memfd_create": 279, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180},
 }
+IPC = ("shmget", "semget", "msgget", "mq_open")  # System V and POSIX IPC objects: they outlive the child
 CLONE_THREAD = 0x00010000
 X32_BIT = 0x40000000  # x86_64's x32 calling convention: other numbers for the same calls, refused whole
 RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
@@ -37,7 +42,7 @@ def supported() -> bool:
 
 def program(table: dict) -> bytes:
     """The filter, as BPF instructions (struct sock_filter: u16 code, u8 jt, u8 jf, u32 k)."""
-    denied = [table[n] for n in ("execve", "execveat", "fork", "vfork", "socket", "memfd_create") if n in table]
+    denied = [table[n] for n in ("execve", "execveat", "fork", "vfork", "socket", "memfd_create", *IPC) if n in table]
     code: list[tuple] = [(LD_W_ABS, 0, 0, ARCH), (JEQ_K, 1, 0, table["arch"]), ("allow",), (LD_W_ABS, 0, 0, NR)]
     if "fork" in table:  # x86_64
         code.append((JGE_K, "deny", 0, X32_BIT))
