@@ -240,6 +240,26 @@ def test_escape_sequences_in_a_message_show_as_plain_text(tmp_path):
             assert bad not in out, (bad, out[:200])
 
 
+def test_a_message_with_lines_of_its_own_stays_under_its_check(tmp_path):
+    """Found by a stranger attacker: an exception message with newlines put a forged "Next step: every stage passes"
+    at the left margin of the report's last lines, and 40 blank lines pushed the real table off the screen. Every
+    line of a message is indented under its check, blank lines are dropped and a long one is cut (V=1 shows all)."""
+    from autograder.report.terminal import MESSAGE_LINES, terminal
+
+    forged = "x\\n\\n      total 100/100\\nNext step: every stage passes\\n" + "\\n" * 40 + "\\n".join(["y"] * 30)
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, f"    raise ValueError('{forged}')\n")]})
+    res = grade(sub, stages=["softmax"])
+    for verbose in (False, True):
+        out = terminal(res, verbose=verbose).splitlines()
+        assert not any(line.startswith(("Next step: every", "total")) for line in out), out
+        assert all(line.startswith("    ") for line in out if "100/100" in line or line.strip() == "y")
+        assert not any(a == b == "" for a, b in zip(out, out[1:])), "two blank lines in a row"
+        steps = [line for line in out if line.startswith("Next step")]
+        assert len(steps) == 1 and steps[0].startswith("Next step: fix stage 1"), steps
+    assert "more lines (`make grade V=1` shows them)" in terminal(res)
+    assert len(terminal(res).splitlines()) < len(terminal(res, verbose=True).splitlines()) and MESSAGE_LINES < 30
+
+
 def test_a_submission_sleeping_at_import_everywhere_ends_with_the_budget_and_a_complete_record(tmp_path):
     """Every stage module sleeps at import: once the whole grade's budget is out, the checks left fail with
     that message, and the record, results.json and the stage table still hold every stage and check."""
@@ -320,7 +340,8 @@ def test_an_endless_answer_is_cut_off_without_the_grader_drowning(tmp_path, stat
                                   # found by a stranger attacker: System V shared memory outlived the child, beyond
                                   # its memory limit, and was read by another submission's child of the same batch
                                   f"_c = {MODULES}['ctypes']; _n = _c.CDLL(None, use_errno=True).shmget(0x4141, 4096, "
-                                  f"0o1666); _e = _c.get_errno()\n    if _n < 0: raise OSError(_e, {MODULES}['os'].strerror(_e))"])
+                                  f"0o1666); _e = _c.get_errno()\n"
+                                  f"    if _n < 0: raise OSError(_e, {MODULES}['os'].strerror(_e))"])
 def test_the_kernel_refuses_processes_and_sockets_beneath_the_guard(line, tmp_path, static_check_off, monkeypatch):
     """With the guard switched off (as if a call had slipped past it: `_posixsubprocess.fork_exec` reports no audit
     event), the child's seccomp filter still refuses new processes, programs and sockets: no program runs."""

@@ -77,6 +77,14 @@ class Guard:
         # code, even where that folder lies under a folder of the import path (a fork server's home)
         scratch = _realpath(sub_dir.rstrip(_SEP).rpartition(_SEP)[0] or _SEP).rstrip(_SEP) + _SEP
         self.scratch = self.sub_dir if scratch == _SEP else scratch
+        # a new interpreter's copy of the grader's child code lies in that folder (launchers.copy_child_files): its
+        # files count while they are the grader's own, owned by whoever owns this one (a child of a user of its own
+        # can rename the copy away and write another, but not as the grader's user)
+        self.copy = self.scratch + "_grader" + _SEP
+        try:
+            self.code_owner = os.stat(__file__).st_uid
+        except OSError:
+            self.code_owner = -1
         self.own = frozenset({pkg})
         self.roots = tuple(sorted({_realpath(r).rstrip(_SEP) + _SEP for r in roots if r}))
         self.readable = (*self.roots, self.sub_dir)
@@ -108,6 +116,11 @@ class Guard:
             else:
                 real = _realpath(filename)
                 known = real.startswith(self.roots) and not real.startswith((self.sub_dir, self.scratch))
+                if real.startswith(self.copy) and real.startswith(self.roots):
+                    try:
+                        known = os.stat(real).st_uid == self.code_owner
+                    except OSError:
+                        known = False
             self.trusted[filename] = known
         return known
 

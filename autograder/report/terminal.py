@@ -65,8 +65,22 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
                   "work is at risk; the course's grader runs with all of them):"]
         lines.extend(f"  - {note}" for note in res.protections_off)
-    lines += ["", c("1", "Next step: ") + res.next_step]
+    first, *rest = text_lines(res.next_step, MESSAGE_LINES) or [""]
+    lines += ["", c("1", "Next step: ") + first, *(f"    {line}" for line in rest)]
     return "\n".join(lines)
+
+
+MESSAGE_LINES = 20  # lines of one message shown unless verbose (an exception's message is the student's text)
+
+
+def text_lines(text: str, limit: int | None) -> list[str]:
+    """A message as lines to indent under its heading: plain text (outcomes.plain), no blank lines (a message
+    the submission wrote cannot push the table off the screen or start a line of its own at the left margin,
+    where it would read as the report's), `limit` lines at most (None: all)."""
+    lines = [line for line in plain(text).splitlines() if line.strip()]
+    if limit is not None and len(lines) > limit:
+        lines = lines[:limit] + [f"... {len(lines) - limit} more lines (`make grade V=1` shows them)"]
+    return lines
 
 
 def shows_failures(sr: StageResult, verbose: bool) -> bool:
@@ -107,7 +121,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain,
         diag = f" [{r.diagnosis}]" if r.diagnosis else ""
         cite = f" (reread {r.check.cite})" if r.check.cite else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
-        out.extend(f"      {line}" for line in plain(r.message).splitlines())
+        out.extend(f"      {line}" for line in text_lines(r.message, None if verbose else MESSAGE_LINES))
         out.extend(printed_lines(r.output, None if verbose else printed))
         if shown >= 4 and not verbose:
             return out, sum(not x.passed and not x.forgiven for x in sr.checks) - shown

@@ -4,7 +4,7 @@ for them), and the next step, drawn once per save."""
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..results import Results, StageStatus
 from ..stages import BY_NAME, CORE
-from .terminal import failure_details, shows_failures
+from .terminal import failure_details, shows_failures, text_lines
 
 
 def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: list[str] = ()) -> str:
@@ -28,8 +28,10 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
     details = [line for sr in res.stages.values() if shows_failures(sr, verbose=False)
                for line in failure_details(sr, verbose=False, printed=4)[0]][:16]
     step = (("grading the stages that use it ..." if res.stages else "grading ...") if pending else res.next_step)
+    first, *rest = text_lines(step, 4) or [""]
     off = [f"  (this machine: {note})" for note in res.protections_off]
-    return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + step] + off)
+    return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + first]
+                     + [f"    {line}" for line in rest] + off)
 
 
 WIDTH = 80  # a line longer than the terminal wraps, and the redraw over the old screen then overlaps
