@@ -1,6 +1,8 @@
 """The run-time guard (autograder/child/guard.py): what the static check cannot see (a module reached through
 `typing.sys.modules`, a builtin taken from `builtins`) is stopped when it runs, with the rule; correct code,
 and the imports numpy and torch make for themselves, keep every point."""
+import os
+
 import pytest
 from conftest import SOLUTIONS, grade, survivors, variant
 
@@ -492,3 +494,13 @@ def test_what_the_child_can_write_is_never_the_graders_code(tmp_path):
     assert not guard.is_trusted(str(scratch / "evil_mod.py"))
     assert not guard.is_trusted(str(scratch / "submission" / "softmax.py"))
     assert guard.is_trusted(str(home / "autograder" / "drivers.py"))
+    # a new interpreter's copy of the child code in its folder: the grader's files count, one the child made does not
+    copy = scratch / "_grader" / "autograder" / "child"
+    copy.mkdir(parents=True)
+    (copy / "drivers.py").write_text("")
+    (copy / "made_by_the_child.py").write_text("")
+    guard = Guard(str(scratch / "submission"), "submission", [str(home), str(scratch / "_grader")])
+    assert guard.is_trusted(str(copy / "drivers.py"))
+    if os.geteuid() == 0:  # as a child of a user of its own would own it
+        os.chown(copy / "made_by_the_child.py", 65534, 65534)
+        assert not guard.is_trusted(str(copy / "made_by_the_child.py"))
