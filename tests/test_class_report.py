@@ -133,6 +133,23 @@ def test_an_inferred_diagnosis_is_listed_with_the_stage_of_its_file():
     assert all(class_report.stage_of_mistake(d) for d in CATALOGUE)
 
 
+def test_an_inferred_diagnosis_is_filed_under_the_stage_whose_check_found_it(tmp_path):
+    """Found by a stranger TA: a softmax over the wrong axis inside masking's attention (softmax itself right, 12/12)
+    was listed under stage softmax, the file its explanation points at, in diagnoses.csv and the mistakes table."""
+    def result(diagnosis: str, stage: str) -> dict:
+        return {"score": 80, "tests": [{"name": "t", "score": 0, "max_score": 1, "output": "",
+                                        "extra_data": {"stage": stage, "diagnosis": diagnosis}}],
+                "extra_data": {"stages": {}}}
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "quinn.json").write_text(json.dumps(result("inferred-softmax-axis", "masking")))
+    (folder / "rita.json").write_text(json.dumps(result("softmax-unstable", "softmax")))
+    page, rows, _ = class_report.build(class_report.load(folder), False)
+    assert sorted(rows) == [["quinn", "inferred-softmax-axis", "masking"], ["rita", "softmax-unstable", "softmax"]]
+    assert "<td class='name'>inferred-softmax-axis</td><td class='name'>masking</td>" in page
+
+
 def test_page_is_self_contained_with_plots(batch):
     text = (batch / "class-report.html").read_text()
     assert not re.search(r"(src|href)=['\"]https?://", text) and "<script src" not in text

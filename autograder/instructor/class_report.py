@@ -115,9 +115,20 @@ def students(batch: Batch) -> dict[str, Student]:
 
 def diagnoses_of(result: dict) -> list[str]:
     """The catalogue ids named in one submission's results ('a+b' counts as both), first seen first."""
-    found = [m.id for t in result["tests"] for m in mistakes_of(t.get("extra_data", {}).get("diagnosis"))
-             if m.id in CATALOGUE]
-    return list(dict.fromkeys(found))
+    return list(seen_in(result))
+
+
+def seen_in(result: dict) -> dict[str, str]:
+    """{catalogue id: the stage of the first check that named it} for one submission's results: an inferred
+    mistake belongs to the stage whose check found it (a softmax taken over the wrong axis inside masking's
+    attention is masking's), a catalogued one to its own stage."""
+    found: dict[str, str] = {}
+    for t in result["tests"]:
+        extra = t.get("extra_data", {})
+        for m in mistakes_of(extra.get("diagnosis")):
+            if m.id in CATALOGUE:
+                found.setdefault(m.id, m.stage or str(extra.get("stage") or "") or stage_of_mistake(m.id))
+    return found
 
 
 def troubles(result: dict) -> list[str]:
@@ -309,6 +320,9 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
     who = students(batch)
     counted = {name: batch.results[st.counted] for name, st in who.items() if st.counted}
     per_student = {name: diagnoses_of(r) for name, r in counted.items()}
+    stage_seen = {name: seen_in(r) for name, r in counted.items()}
+    where = {d: Counter(seen[d] for seen in stage_seen.values() if d in seen).most_common(1)[0][0]
+             for d in {d for ds in per_student.values() for d in ds}}  # the stage most students' checks found it in
     counts = Counter(d for ds in per_student.values() for d in ds)
     blocked_by = Counter(st["blocked_by"] for r in counted.values() for st in r["extra_data"]["stages"].values()
                          if st.get("status") == "blocked" and st.get("blocked_by"))
@@ -352,7 +366,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
                    "<th>reread</th></tr>")
         for d, c in counts.most_common():
             m = CATALOGUE[d]
-            out.append(f"<tr><td>{c}</td><td class='name'>{e(d)}</td><td class='name'>{e(stage_of_mistake(d))}</td>"
+            out.append(f"<tr><td>{c}</td><td class='name'>{e(d)}</td><td class='name'>{e(where[d])}</td>"
                        f"<td class='name'>{e(m.explanation)}</td><td class='name'>{e(m.reread)}</td></tr>")
         out.append("</table>")
     if blocked_by:
@@ -378,7 +392,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
             out.append(f"<tr><td class='name'>{e(shown(entry))}</td><td class='name'>{e(hide_name(what, entry))}</td></tr>")
         out.append("</table>")
     out.append(f"<script>{SORT_SCRIPT}</script></body></html>")
-    csv_rows = sorted([show(name), d, stage_of_mistake(d)] for name, ds in per_student.items() for d in ds)
+    csv_rows = sorted([show(name), d, stage_seen[name][d]] for name, ds in per_student.items() for d in ds)
     return "\n".join(out), csv_rows, grades_rows(who, batch)
 
 
