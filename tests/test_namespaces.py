@@ -162,3 +162,15 @@ def test_the_new_root_is_built_where_nothing_the_child_keeps_lies():
         assert spec(Path(usual), None)["parent"] == "/dev/shm"
         made = spec(Path(moved), None)
         assert made["parent"] != "/dev/shm" and made["root"].startswith(made["parent"] + "/")
+
+
+def test_an_interpreter_named_through_a_folder_the_child_cannot_see_still_runs_it(tmp_path):
+    """Found by a stranger TA: `../../.venv/bin/python -m autograder grade` run from dist/student left every check
+    "not run" and blamed the environment: the child was started by that same name, through a folder its new root
+    does not hold. It is started by the name without `..`."""
+    python = str(ROOT / "tests") + os.sep + os.path.relpath(sys.executable, ROOT / "tests")
+    assert ".." in python
+    p = subprocess.run([python, "-m", "autograder", "grade", "--submission", str(ROOT / "solutions"), "--stage",
+                        "softmax"], cwd=ROOT / "tests", env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "12/12  passed" in p.stdout, p.stdout[-1500:] + p.stderr[-1500:]

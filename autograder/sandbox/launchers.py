@@ -174,8 +174,9 @@ def kill_everything(token: str, uid: int | None, tree: list[int] = (), processes
 
 def interpreter() -> list[str]:
     """How a child's interpreter starts: this one, isolated (no user site, no PYTHON* variables, no
-    bytecode written), with this process's -W options (a test under -W error holds the children to it)."""
-    return [sys.executable, "-I", "-B", *(f"-W{w}" for w in sys.warnoptions)]
+    bytecode written), with this process's -W options (a test under -W error holds the children to it). Named
+    without `..` (found by a stranger TA: `../../.venv/bin/python` names folders a namespaced child cannot see)."""
+    return [os.path.abspath(sys.executable), "-I", "-B", *(f"-W{w}" for w in sys.warnoptions)]
 
 
 def fork_is_safe() -> bool:
