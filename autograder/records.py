@@ -128,6 +128,11 @@ class Stage:
     module: str = ""  # the stage module that declares it (filled in when the stages are collected)
     checks: list[Check] = field(default_factory=list, compare=False, hash=False, repr=False)
 
+    @property
+    def column(self) -> str:
+        """Its column's name in the CSV files: a bonus stage says so (its points are apart from the core total)."""
+        return f"{self.name} (bonus)" if self.bonus else self.name
+
     def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = "", rule: str = ""):
         """Register `fn(api, ctx)` as a check of this stage: it raises outcomes.Fail (or lets a
         student error through) to fail, and may return a note to show when it passes. `rule` is the

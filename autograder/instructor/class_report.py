@@ -299,7 +299,7 @@ def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> 
 
 def grades_rows(who: dict[str, Student], batch: Batch) -> list[list]:
     """grades.csv: a header, then one row per student (real names: it is for the LMS)."""
-    rows: list[list] = [["student", "total", *[s.name for s in SHOWN_ORDER], "submission", "error"]]
+    rows: list[list] = [["student", "total", *[s.column for s in SHOWN_ORDER], "submission", "error"]]
     for st in who.values():
         if st.counted is None:
             why = "; ".join(f"{x}: {batch.errors.get(x, '')}" for x in st.entries)

@@ -233,7 +233,7 @@ def _write_csv(out: Path, rows: dict) -> None:
     class report, has one row per student."""
     with open(out / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["submission", "total", *[s.name for s in STAGES], "error", "modified"])
+        w.writerow(["submission", "total", *[s.column for s in STAGES], "error", "modified"])
         for name in sorted(rows):
             r = rows[name]
             if r["results"] is None:
