@@ -141,6 +141,28 @@ def test_defaults_written_another_way_with_the_same_value_keep_their_points(tmp_
     assert all(r.passed for r in kept.values()), {n: r.message for n, r in kept.items()}
 
 
+def test_defaults_written_as_constants_or_sums_keep_their_points(tmp_path):
+    """Found by a stranger student: module constants (N_PAIRS = 20_000, ROPE_BASE = 1e4), 2 ** 6 and int(64) give
+    a caller the contract's values and lost half a point per stage, with a message saying they "differ". They are
+    folded from the source (never run); a constant rebound later, or a value that differs, still loses."""
+    from autograder.sandbox.static_check import source_defaults
+
+    sub = variant(tmp_path, {
+        "scaling.py": [("def score_variance(d_k: int, n_pairs: int = 20000, seed: int = 0,",
+                        "N_PAIRS = 20_000\nDEFAULT_SEED = 0\n\n\ndef score_variance(d_k: int, n_pairs: int = N_PAIRS, "
+                        "seed: int = DEFAULT_SEED,")],
+        "tiled.py": [("block_q: int = 64, block_k: int = 64", "block_q: int = 2 ** 6, block_k: int = int(64)")],
+        "costs.py": [("def score_count(n_tokens: int, n_heads: int = 1)",
+                      "SINGLE_HEAD = 1\n\n\ndef score_count(n_tokens: int, n_heads: int = SINGLE_HEAD)")],
+        "rope.py": [("def rotate(x: np.ndarray, offset: int = 0, base: float = 10000.0)",
+                     "ROPE_BASE = 1e4\n\n\ndef rotate(x: np.ndarray, offset: int = 0, base: float = ROPE_BASE)")]})
+    res = grade(sub, stages=["scaling", "tiled", "costs", "rope"])
+    kept = {n: [r for r in res.stages[n].checks if r.check.name == "keeps_the_defaults"][0] for n in res.stages}
+    assert all(r.passed for r in kept.values()), {n: r.message for n, r in kept.items()}
+    rebound = "N = 64\nN = 32\n\n\ndef f(a=N, b=2 * 10_000, c=N_MISSING):\n    pass\n"
+    assert source_defaults(rebound, "f") == {"a": "N", "b": "20000", "c": "N_MISSING"}
+
+
 def test_defaults_a_decorator_changes_at_run_time_fail(tmp_path):
     """Found by a stranger attacker: the def says causal=True, a decorator's wrapper makes a call without arguments
     non-causal. The call made with the defaults must behave as the source says."""

@@ -293,15 +293,84 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return names
 
 
-def _written(node: ast.expr, aliases: dict[str, str]) -> str:
-    """A default value as the contract writes it: literals by their repr (20_000 -> 20000), dotted names
-    with their imports resolved (T.float32 or float32 -> torch.float32)."""
+def _written(node: ast.expr, aliases: dict[str, str], constants: dict | None = None) -> str:
+    """A default value as the contract writes it: a number, string or tuple by the repr of its value, however
+    it is written (20_000, 2 * 10_000, 2 ** 6, int(64), a module constant N_PAIRS = 20_000: folded, never
+    run), dotted names with their imports resolved (T.float32 or float32 -> torch.float32)."""
     try:
-        return repr(ast.literal_eval(node))
-    except (ValueError, SyntaxError, TypeError):
+        return repr(_folded(node, constants or {}))
+    except (ValueError, SyntaxError, TypeError, ArithmeticError, KeyError, RecursionError):
         text = ast.unparse(node)
     head, _, rest = text.partition(".")
-    return aliases[head] + ("." + rest if rest else "") if head in aliases else text
+    target = aliases.get(head) or (_dotted(constants[head]) if head in (constants or {}) else None)
+    return target + ("." + rest if rest else "") if target else text
+
+
+def _dotted(node: ast.expr) -> str | None:
+    text = ast.unparse(node)
+    return text if all(part.isidentifier() for part in text.split(".")) else None
+
+
+_FOLD_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+             ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+             ast.Pow: lambda a, b: a ** b}
+
+
+def _folded(node: ast.expr, constants: dict, depth: int = 0):
+    """The value of a constant expression, computed from the tree (nothing runs): literals, tuples, + - * / // %
+    and small powers of numbers, int() and float() of one, and names of module constants (`constants`)."""
+    if depth > 20:
+        raise ValueError("too deep")
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(_folded(e, constants, depth + 1) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _folded(node.operand, constants, depth + 1)
+        if not isinstance(value, (int, float)):
+            raise TypeError("not a number")
+        return -value if isinstance(node.op, ast.USub) else +value
+    if isinstance(node, ast.BinOp) and type(node.op) in _FOLD_OPS:
+        a, b = _folded(node.left, constants, depth + 1), _folded(node.right, constants, depth + 1)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+            raise TypeError("not numbers")
+        if isinstance(node.op, ast.Pow) and abs(b) > 64:
+            raise ValueError("too large")
+        return _FOLD_OPS[type(node.op)](a, b)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float")
+            and len(node.args) == 1 and not node.keywords and node.func.id not in constants):
+        value = _folded(node.args[0], constants, depth + 1)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError("not a number")
+        return int(value) if node.func.id == "int" else float(value)
+    if isinstance(node, ast.Name) and node.id in constants:
+        return _folded(constants[node.id], constants, depth + 1)
+    raise ValueError(f"not a constant: {ast.unparse(node)}")
+
+
+def _constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """The module's names bound once, at its top level, by a plain assignment (`N_PAIRS = 20_000`), and never
+    rebound (another assignment, a `global` in a function, an import, a def): their expressions."""
+    bound: dict[str, list] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            bound.setdefault(node.target.id, []).append(node.value)
+    rebound: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Global):
+            rebound |= set(n.names)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            rebound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n in tree.body:
+            rebound.add(n.name)
+        elif isinstance(n, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)) and n in tree.body:
+            rebound |= {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        elif isinstance(n, ast.Assign) and n in tree.body and not (len(n.targets) == 1 and
+                                                                  isinstance(n.targets[0], ast.Name)):
+            rebound |= {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+    return {name: values[0] for name, values in bound.items() if len(values) == 1 and name not in rebound}
 
 
 # torch's own names for the same dtypes (torch.float is torch.float32): a default written either way is the same
@@ -331,7 +400,7 @@ def source_defaults(source: bytes | str, name: str) -> dict[str, str] | None:
     dataclass's fields), read from the source: what a call without those arguments gets. None when the
     file does not define `name` with a def or class statement."""
     tree = ast.parse(source)
-    aliases = _aliases(tree)
+    aliases, constants = _aliases(tree), _constants(tree)
     found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
              and n.name == name]
     if not found:
@@ -346,11 +415,12 @@ def source_defaults(source: bytes | str, name: str) -> dict[str, str] | None:
     if isinstance(node, ast.ClassDef):
         init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
         if not init:  # a dataclass: its annotated fields with values
-            return {n.target.id: _written(n.value, aliases) for n in node.body
+            return {n.target.id: _written(n.value, aliases, constants) for n in node.body
                     if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.value is not None}
         node = init[-1]
     args = node.args
     positional = args.posonlyargs + args.args
-    out = {a.arg: _written(d, aliases) for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults)}
-    out.update({a.arg: _written(d, aliases) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    out = {a.arg: _written(d, aliases, constants)
+           for a, d in zip(positional[len(positional) - len(args.defaults):], args.defaults)}
+    out.update({a.arg: _written(d, aliases, constants) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
     return out
