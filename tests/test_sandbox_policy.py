@@ -93,9 +93,15 @@ def test_a_refused_file_points_the_student_at_its_refused_line(tmp_path):
 
 
 def test_the_rule_is_in_the_student_readme():
+    """Both READMEs hold the section a refusal points at (found by a stranger student: only the release's did), and
+    a stage module imported through the folder's name is refused with how to import it."""
     from autograder.instructor.build import student_readme
 
     assert RULE in student_readme()
+    kit = (ROOT / "README.md").read_text()
+    assert "What your code may use" in kit and RULE in kit
+    found = refusals("from exercises.softmax import softmax\n", {f.removesuffix(".py") for f in SUBMISSION_FILES})
+    assert "from .softmax import" in str(found[0])
 
 
 def test_extra_files_are_never_run(tmp_path):

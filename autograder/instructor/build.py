@@ -24,9 +24,8 @@ from ..records import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.runner import PRINTED_LIMIT
-from ..sandbox.static_check import RULE as STATIC_RULE
 from ..stages import STAGES, SUBMISSION_FILES, numbers
-from .tables import student_table, student_totals
+from .tables import code_rule, student_table, student_totals
 
 ROOT = Path(__file__).resolve().parents[2]
 GRADER = ROOT / "autograder"
@@ -140,8 +139,7 @@ your cache.
 
 ## What your code may use
 
-{STATIC_RULE}, with the line and this rule in the report. Only the stage modules in the table
-above are graded: any other `.py` file is ignored (the report names it), so keep helpers inside them.
+{code_rule()}
 Beneath that rule, on Linux, the system itself refuses your code new processes, other programs and
 network sockets (a seccomp filter), and shows it only its own scratch folder and the interpreter.
 Memory costs (the fused call, the KV cache's decode step, the tiled loop) are read from outside the

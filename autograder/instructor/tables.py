@@ -75,7 +75,17 @@ def test_counts(root: Path = ROOT) -> str:
             "(the builds of whole channels and the slower variants are left to `make test`).")
 
 
-GENERATED = {"catalogue": catalogue_sentence, "tests": test_counts}
+def code_rule() -> str:
+    """The import and introspection rule as the student README states it (static_check.RULE), for the kit's own
+    README: a refusal points at this section in either."""
+    from ..sandbox.static_check import RULE
+
+    return (f"{RULE}, with the line and this rule in the report. Only the stage modules are graded: any other "
+            "`.py` file is ignored (the report names it), so keep helpers inside them; a stage module imports "
+            "another relatively (`from .softmax import softmax`).")
+
+
+GENERATED = {"catalogue": catalogue_sentence, "tests": test_counts, "code rule": code_rule}
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -60,6 +60,14 @@ def _module_allowed(name: str, own: set[str]) -> bool:
     return not (set(name.split(".")[1:]) & REFUSED_ATTRIBUTES)
 
 
+def _relative_hint(module: str, own: set[str]) -> str:
+    """For an import of a stage module through the folder's name (`from exercises.softmax import softmax`, which
+    the grader's copy of the folder does not have): how to write it so that it works there too."""
+    parts = module.split(".")
+    stage = next((p for p in parts[1:] if p in own), None)
+    return f" (a stage module is imported relatively: `from .{stage} import ...`)" if stage else ""
+
+
 def _once_per_file(compute):
     """`compute(source, own)` once per process for each distinct file: every child of a grade, and every
     measurement, reads the same bytes, often at the same moment (hence the lock). A long regrade forgets
@@ -111,7 +119,7 @@ def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, own):
-                    refuse(node, f"import {alias.name}")
+                    refuse(node, f"import {alias.name}" + _relative_hint(alias.name, own))
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # from .masking import attention: the submission's own modules
                 if node.module and node.module.split(".")[0] not in own:
@@ -121,7 +129,7 @@ def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
             module = node.module or ""
             names = [f"{module}.{a.name}" for a in node.names]
             if not _module_allowed(module, own) or any(not _module_allowed(n, own) for n in names):
-                refuse(node, f"from {module} import {', '.join(a.name for a in node.names)}")
+                refuse(node, f"from {module} import {', '.join(a.name for a in node.names)}" + _relative_hint(module, own))
         elif isinstance(node, ast.Name) and id(node) in builtins_used:
             refuse(node, f"{node.id}")
         elif isinstance(node, ast.Attribute):
