@@ -150,6 +150,26 @@ def test_an_inferred_diagnosis_is_filed_under_the_stage_whose_check_found_it(tmp
     assert "<td class='name'>inferred-softmax-axis</td><td class='name'>masking</td>" in page
 
 
+def test_what_stopped_a_submission_is_one_line_per_cause_syntax_errors_included():
+    """Found by a stranger TA: a loop at import filled six rows, one per stage, with the same hang; a file with a
+    syntax error was not listed at all; a stage's shares added up to 99%."""
+    def test(stage: str, failure: str, message: str) -> dict:
+        return {"extra_data": {"stage": stage, "failure": failure, "message": message}}
+
+    hang = "your code did not finish: no answer within {} s (an endless loop, or far too slow): it was running softmax.py:6"
+    ken = {"tests": [test("softmax", "timeout", hang.format(30)), test("heads", "timeout", hang.format(10)),
+                     test("masking", "after_abort", "not run: softmax.py never finished loading")]}
+    judy = {"tests": [test("masking", "raised", "raised SyntaxError: expected ':' (masking.py, line 19) at masking.py:19"),
+                      test("heads", "raised", "raised SyntaxError: expected ':' (masking.py, line 19) at masking.py:19, "
+                                              "in stage 5 (masking)'s code, called from your <module> at heads.py:7"),
+                      test("scaling", "raised", "raised ValueError: a wrong shape at scaling.py:3")]}
+    assert class_report.troubles(ken) == ["softmax, heads: " + hang.replace("within {} s", "within the time limit")]
+    assert class_report.troubles(judy) == ["masking, heads: raised SyntaxError: expected ':' (masking.py, line 19) at "
+                                           "masking.py:19"]
+    shares = class_report.shares_of([{"status": "passed"}, {"status": "failed"}, {"status": "blocked"}])
+    assert sum(int(v.split("(")[1].rstrip("%)")) for v in shares.values()) == 100 and shares["passed"].startswith("1 (")
+
+
 def test_page_is_self_contained_with_plots(batch):
     text = (batch / "class-report.html").read_text()
     assert not re.search(r"(src|href)=['\"]https?://", text) and "<script src" not in text

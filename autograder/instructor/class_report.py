@@ -30,6 +30,7 @@ import hashlib
 import html
 import io
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,16 +132,37 @@ def seen_in(result: dict) -> dict[str, str]:
     return found
 
 
+def shares_of(rows: list[dict]) -> dict[str, str]:
+    """Each status's count of students and its share, whole percents that add up to 100 (the largest remainders
+    get the rounding: a stranger TA saw a row add up to 99%)."""
+    counts = {st: sum(x["status"] == st for x in rows) for st in STATUSES}
+    exact = {st: 100 * n / len(rows) for st, n in counts.items()}
+    whole = {st: int(e) for st, e in exact.items()}
+    for st in sorted(exact, key=lambda st: exact[st] - whole[st], reverse=True)[:100 - sum(whole.values())]:
+        whole[st] += 1
+    return {st: f"{counts[st]} ({whole[st]}%)" for st in STATUSES}
+
+
+UNLOADABLE = ("raised SyntaxError", "raised IndentationError", "raised TabError")  # a file that cannot even load
+
+
 def troubles(result: dict) -> list[str]:
-    """Why a graded submission's code stopped (hangs and crashes) or could not run at all (the grader's
-    environment), one line each."""
-    out = []
+    """Why a graded submission's code stopped (hangs and crashes), could not load (a syntax error) or could not
+    run at all (the grader's environment), one line each: the stages where the same thing happened on one line."""
+    found: dict[str, list[str]] = {}
     for t in result["tests"]:
         data = t.get("extra_data", {})
-        if data.get("failure") and (Failure(data["failure"]).aborted or Failure(data["failure"]).environment):
-            line = (data.get("message") or "").strip().splitlines()[:1] or [""]
-            out.append(f"{data['stage']}: {line[0].strip()[:200]}")
-    return list(dict.fromkeys(out))
+        message = (data.get("message") or "").strip()
+        failure = Failure(data["failure"]) if data.get("failure") else None
+        if failure and (failure.aborted or failure.environment or message.startswith(UNLOADABLE)):
+            line = (message.splitlines()[:1] or [""])[0].strip()
+            # the same cause, met by several stages: one line (the time limit and the caller differ by stage)
+            line = re.sub(r", in stage \d+ \(\w+\)'s code, called from your .*$", "", line)
+            line = re.sub(r"no answer within [\d.]+ s", "no answer within the time limit", line)
+            stages = found.setdefault(line[:200], [])
+            if data["stage"] not in stages:
+                stages.append(data["stage"])
+    return [f"{', '.join(stages)}: {line}" for line, stages in found.items()]
 
 
 def _png(fig) -> str:
@@ -352,8 +374,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
             if not rows:
                 continue
             mean = sum(x["score"] for x in rows) / len(rows)
-            shares = "".join(f"<td>{100 * sum(x['status'] == st for x in rows) / len(rows):.0f}%</td>"
-                             for st in STATUSES)
+            shares = "".join(f"<td>{shares_of(rows)[st]}</td>" for st in STATUSES)
             out.append(f"<tr><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}</td>"
                        f"<td>{s.points}</td><td>{mean:.1f}</td>{shares}</tr>")
         out.append("</table>")
