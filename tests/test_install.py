@@ -37,6 +37,9 @@ def test_installed_compares_the_pinned_version():
     from importlib.metadata import version
 
     assert install.installed(f"torch=={version('torch')}") and not install.installed("torch==0.0.1")
+    # a local build (2.13.0+cpu) is the pinned version: pip takes it as one, and no index is asked
+    public = version("torch").split("+")[0]
+    assert install.installed(f"torch=={public}") and not install.installed(f"torch=={public}.1")
 
 
 def test_unreachable_index_falls_back_with_one_warning(pip_calls, monkeypatch, capsys):

@@ -47,11 +47,14 @@ def torch_pin(requirements: Path) -> str | None:
 
 
 def installed(pin: str) -> bool:
-    """Whether `torch==X` is what this interpreter has already (then no index is asked, and nothing said about one)."""
+    """Whether `torch==X` is what this interpreter has already (then no index is asked, and nothing said about one):
+    X itself or a local build of it (2.13.0+cpu, which pip takes as X; found by a stranger TA: the warning about a
+    2.3 GiB download was printed over an installed CPU build)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("torch") == pin.split("==", 1)[1]
+        have, want = version("torch"), pin.split("==", 1)[1]
+        return have == want or have.split("+", 1)[0] == want
     except PackageNotFoundError:
         return False
 
