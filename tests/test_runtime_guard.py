@@ -504,3 +504,26 @@ def test_what_the_child_can_write_is_never_the_graders_code(tmp_path):
     if os.geteuid() == 0:  # as a child of a user of its own would own it
         os.chown(copy / "made_by_the_child.py", 65534, 65534)
         assert not guard.is_trusted(str(copy / "made_by_the_child.py"))
+
+
+def test_files_written_in_the_childs_own_folder_are_capped_in_sum(tmp_path, monkeypatch, static_check_off):
+    """Found by a stranger attacker: 64 files of 16 MiB a call (each under the per-file limit) written through
+    torch.from_file, reached by a name the static check cannot read, filled the host's disk by 1.66 GB in one
+    grade. The grader reads the child's folder during and after each call: past the cap the child is ended, that
+    check fails with the reason, and its folder goes with it."""
+    import glob
+
+    monkeypatch.setenv("ATTN_SCRATCH_MIB", "24")
+    fill = ("    _make = getattr(torch, 'from_' + 'file')\n"
+            f"    for _i in range(3):\n        _make(f'{{{MODULES}[\"os\"].getcwd()}}/fill{{_i}}.bin', True, 12 << 20,"
+            " dtype=torch.uint8).fill_(7)\n")
+    sub = variant(tmp_path, {"fused.py": [('    T_q, T_k = q.shape[-2], k.shape[-2]\n',
+                                           '    T_q, T_k = q.shape[-2], k.shape[-2]\n' + fill)]})
+    text = (sub / "fused.py").read_text()
+    if "import typing" not in text:
+        (sub / "fused.py").write_text("import typing\n" + text)
+    before = set(glob.glob("/tmp/attn-grade-*"))
+    fused = grade(sub, stages=["fused"]).stages["fused"]
+    assert fused.score < 14 and any("files a child may leave there" in r.message for r in fused.checks), \
+        [r.message for r in fused.checks][:3]
+    assert not [p for p in set(glob.glob("/tmp/attn-grade-*")) - before if glob.glob(p + "/fill*.bin")]

@@ -39,6 +39,17 @@ from .safe_files import current, take
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
 MAX_REPLY_BYTES = 256 * 2**20  # one answer from a child; the largest real one (a traced probe) is far smaller
+# what a child may leave in its own folder (its temp folder: libraries cache a few MiB there as they load), read by the
+# grader every SCRATCH_EVERY_S of a call: each file is capped by the child's own limit, their sum and number only here
+# (ATTN_SCRATCH_MIB sets the first: the operator's switch, and the tests')
+SCRATCH_CAP_ENTRIES, SCRATCH_EVERY_S = 10_000, 0.25
+
+
+def scratch_cap_bytes() -> int:
+    try:
+        return int(os.environ.get("ATTN_SCRATCH_MIB", "256")) * 2**20
+    except ValueError:
+        return 256 * 2**20
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
 BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
@@ -147,6 +158,7 @@ class Worker:
         # when _read_line first asks whether a forked child that has not opened its FIFO yet lives (one that opens it
         # in its first quarter second, nearly all, costs the shared server no question)
         self._next_alive_check = time.monotonic() + 0.25
+        self._next_scratch_check = time.monotonic() + SCRATCH_EVERY_S
         self._start_cpu = None
         try:
             self.child = self.launcher.launch(self.scratch, pkg_dir, PACKAGE, env, self.limits, self.uid,
@@ -426,6 +438,7 @@ class Worker:
                 start_cpu = hello.get("cpu_s")
                 self._start_cpu = float(start_cpu) if isinstance(start_cpu, (int, float)) else None
             line = self._read_line(limit)
+            self._check_scratch()  # a call that answered fast may have written its files all the same
         except StudentTimeout:
             if capped:
                 raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s)) from None
@@ -458,7 +471,10 @@ class Worker:
                 at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
                 raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow){at}",
                                      where=site, loading=loading[0] if loading else None)
-            ready, _, _ = select.select([self.child.results], [], [], left)
+            if time.monotonic() >= self._next_scratch_check:
+                self._next_scratch_check = time.monotonic() + SCRATCH_EVERY_S
+                self._check_scratch()
+            ready, _, _ = select.select([self.child.results], [], [], min(left, SCRATCH_EVERY_S))
             if ready:
                 try:
                     chunk = os.read(self.child.results, 1 << 20)
@@ -488,6 +504,18 @@ class Worker:
         self._buf = bytearray(rest)
         return bytes(line)
 
+    def _check_scratch(self) -> None:
+        """End the child if what it wrote in its own folder passes SCRATCH_CAP_BYTES or SCRATCH_CAP_ENTRIES (found
+        by a stranger attacker: 64 files of 16 MiB a call, through torch.from_file, filled the host's disk)."""
+        size, entries = folder_usage(self.scratch, SCRATCH_CAP_ENTRIES)
+        cap = scratch_cap_bytes()
+        if size > cap or entries > SCRATCH_CAP_ENTRIES:
+            self.close()
+            raise StudentCrash(f"wrote {size / 2**20:.0f} MiB in {entries:,}{'+' if entries > SCRATCH_CAP_ENTRIES else ''} "
+                               f"files in its own folder, past the {cap // 2**20} MiB and "
+                               f"{SCRATCH_CAP_ENTRIES:,} files a child may leave there; the grader ended it (your code "
+                               "may not write files)")
+
     def _died(self, why: str) -> StudentCrash:
         tail = self.output_tail()
         if self.child.forked:
@@ -502,6 +530,29 @@ class Worker:
         if tail.strip():
             msg += "; its last output: " + tail.strip()[-300:]
         return StudentCrash(msg)
+
+
+def folder_usage(folder: Path, entries: int) -> tuple[int, int]:
+    """(bytes the files beneath `folder` take on disk, how many entries there are), counted up to just past
+    `entries`; links are counted, never followed. A folder that cannot be read counts as empty."""
+    total, count, todo = 0, 0, [str(folder)]
+    while todo and count <= entries:
+        try:
+            with os.scandir(todo.pop()) as found:
+                for entry in found:
+                    count += 1
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+                    if stat.S_ISDIR(st.st_mode):
+                        todo.append(entry.path)
+                    if count > entries:
+                        break
+        except OSError:
+            continue
+    return total, count
 
 
 def place(dest: Path, data: bytes, source: Path | None = None) -> None:
