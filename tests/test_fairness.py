@@ -140,8 +140,8 @@ def test_a_changed_default_loses_the_defaults_check(tmp_path):
     sub = variant(tmp_path, {"fused.py": [("    causal: bool = True,\n", "    causal: bool = False,\n")],
                              "scaling.py": [("n_pairs: int = 20000", "n_pairs: int = 1000")]})
     res = grade(sub, stages=["scaling", "fused"])
-    for stage, text in (("fused", "causal=False differ from the contract's causal=True"),
-                        ("scaling", "n_pairs=1000 differ from the contract's n_pairs=20000")):
+    for stage, text in (("fused", "causal=False are not the contract's causal=True"),
+                        ("scaling", "n_pairs=1000 are not the contract's n_pairs=20000")):
         bad = [r for r in res.stages[stage].checks if not r.passed]
         assert [r.check.name for r in bad] == ["keeps_the_defaults"] and text in bad[0].message, failures(res)
         assert res.stages[stage].status == "failed"

@@ -167,6 +167,14 @@ def test_defaults_written_as_constants_or_sums_keep_their_points(tmp_path):
     assert all(r.passed for r in kept.values()), {n: r.message for n, r in kept.items()}
     rebound = "N = 64\nN = 32\n\n\ndef f(a=N, b=2 * 10_000, c=N_MISSING):\n    pass\n"
     assert source_defaults(rebound, "f") == {"a": "N", "b": "20000", "c": "N_MISSING"}
+    # found by a second stranger student: 1 << 6, constants bound by unpacking or in a chain, an __init__ inherited
+    # from a class of the same file
+    shapes = ("import torch\nBQ, BK = 64, 64\nA = B = 64\nDT, DEV = torch.float32, None\n"
+              "class _Base:\n    def __init__(self, n, dtype=DT, device=DEV):\n        pass\n"
+              "class Cache(_Base):\n    pass\n"
+              "def g(q=1 << 6, k=BK, a=A, b=B):\n    pass\n")
+    assert source_defaults(shapes, "g") == {"q": "64", "k": "64", "a": "64", "b": "64"}
+    assert source_defaults(shapes, "Cache") == {"dtype": "torch.float32", "device": "None"}
 
 
 def test_defaults_a_decorator_changes_at_run_time_fail(tmp_path):

@@ -34,8 +34,8 @@ _realpath, _isabs, _isdir, _fsdecode, _SEP = os.path.realpath, os.path.isabs, os
 _addaudithook = sys.addaudithook
 
 RULE = ("Your modules may import numpy, torch (not its file, process or extension parts), math, typing, "
-        "dataclasses, functools, itertools, collections, abc, enum, numbers and each other, and nothing "
-        "else; they may not open files, run strings as code (eval, exec, compile, __import__), change "
+        "dataclasses, functools, itertools, collections, abc, enum, numbers, __future__ and each other, and "
+        "nothing else; they may not open files, run strings as code (eval, exec, compile, __import__), change "
         "numpy or torch themselves (np.allclose = ...), or reach into frames, globals or dunder attributes "
         "such as __globals__ and __subclasses__")
 ALLOWED_MODULES = frozenset({"numpy", "torch", "math", "typing", "__future__", "dataclasses", "functools",

@@ -117,7 +117,10 @@ your cache.
 - Costs: the FLOPs of one KV-cache decode step (they must grow linearly with the cache), and the
   peak memory of the fused call at T = 8192 and of the tiled bonus stage at n = 4096 (no T x T
   matrix), which the grader reads from outside the process running your code. The docstrings say which.
-- {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises.
+- {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises. They are read
+  from your file, not from the running function: from the top-level `def` or `class` of that name
+  (a class's `__init__`, or one it inherits from a class in the same file), written as a value
+  (`64`, `1e4`, `2 ** 6`, `torch.float32`) or as a module constant holding one (`BLOCK = 64`).
 - Errors are part of the contract: where a docstring says "Raises ValueError", a check makes that
   case happen and expects exactly that.
 - {INPUTS_RULE}: every call the grader makes checks it, and a call that changes one fails its check,

@@ -321,7 +321,9 @@ def _dotted(node: ast.expr) -> str | None:
 
 _FOLD_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
              ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
-             ast.Pow: lambda a, b: a ** b}
+             ast.Pow: lambda a, b: a ** b, ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b,
+             ast.BitOr: lambda a, b: a | b, ast.BitAnd: lambda a, b: a & b, ast.BitXor: lambda a, b: a ^ b}
+_INT_OPS = (ast.LShift, ast.RShift, ast.BitOr, ast.BitAnd, ast.BitXor)
 
 
 def _folded(node: ast.expr, constants: dict, depth: int = 0):
@@ -342,8 +344,10 @@ def _folded(node: ast.expr, constants: dict, depth: int = 0):
         a, b = _folded(node.left, constants, depth + 1), _folded(node.right, constants, depth + 1)
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
             raise TypeError("not numbers")
-        if isinstance(node.op, ast.Pow) and abs(b) > 64:
+        if isinstance(node.op, (ast.Pow, ast.LShift)) and abs(b) > 64:
             raise ValueError("too large")
+        if isinstance(node.op, _INT_OPS) and not all(isinstance(x, int) for x in (a, b)):
+            raise TypeError("not integers")
         return _FOLD_OPS[type(node.op)](a, b)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float")
             and len(node.args) == 1 and not node.keywords and node.func.id not in constants):
@@ -361,8 +365,14 @@ def _constants(tree: ast.Module) -> dict[str, ast.expr]:
     rebound (another assignment, a `global` in a function, an import, a def): their expressions."""
     bound: dict[str, list] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            bound.setdefault(node.targets[0].id, []).append(node.value)
+        if isinstance(node, ast.Assign):  # A = 64, A = B = 64 (chained), A, B = 64, 64 (unpacked)
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+                elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                      and len(target.elts) == len(node.value.elts) and all(isinstance(t, ast.Name) for t in target.elts)):
+                    for t, value in zip(target.elts, node.value.elts):
+                        bound.setdefault(t.id, []).append(value)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             bound.setdefault(node.target.id, []).append(node.value)
     rebound: set[str] = set()
@@ -375,9 +385,13 @@ def _constants(tree: ast.Module) -> dict[str, ast.expr]:
             rebound.add(n.name)
         elif isinstance(n, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)) and n in tree.body:
             rebound |= {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
-        elif isinstance(n, ast.Assign) and n in tree.body and not (len(n.targets) == 1 and
-                                                                  isinstance(n.targets[0], ast.Name)):
-            rebound |= {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        elif isinstance(n, ast.Assign) and n in tree.body:  # a target bound in any other shape is not a constant
+            for target in n.targets:
+                plain = isinstance(target, ast.Name) or (
+                    isinstance(target, ast.Tuple) and isinstance(n.value, ast.Tuple)
+                    and len(target.elts) == len(n.value.elts) and all(isinstance(t, ast.Name) for t in target.elts))
+                if not plain:
+                    rebound |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
     return {name: values[0] for name, values in bound.items() if len(values) == 1 and name not in rebound}
 
 
@@ -385,6 +399,16 @@ def _constants(tree: ast.Module) -> dict[str, ast.expr]:
 DTYPE_ALIASES = {"torch.float": "torch.float32", "torch.double": "torch.float64", "torch.half": "torch.float16",
                  "torch.long": "torch.int64", "torch.int": "torch.int32", "torch.short": "torch.int16",
                  "torch.cfloat": "torch.complex64", "torch.cdouble": "torch.complex128", "torch.chalf": "torch.complex32"}
+
+
+def readable_default(written: str) -> bool:
+    """Whether a default as _written gives it is a value the grader read (a literal, or a dotted name such as
+    torch.float32), rather than an expression it could not fold (a call, an unknown name)."""
+    try:
+        ast.literal_eval(written)
+        return True
+    except (ValueError, SyntaxError, TypeError):
+        return written in DTYPE_ALIASES or written.startswith(("torch.", "numpy.", "np."))
 
 
 def same_default(written: str, contract: str) -> bool:
@@ -420,6 +444,17 @@ def source_defaults(source: bytes | str, name: str) -> dict[str, str] | None:
     if rebound:  # the name holds something else than the def at run time: its defaults are not these
         return None
     node = found[-1]  # as at run time: the last definition wins
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    seen: set[str] = set()
+    while isinstance(node, ast.ClassDef) and node.name not in seen:  # an __init__ inherited from a class of this file
+        seen.add(node.name)
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in node.body) or len(node.bases) != 1:
+            break
+        base = node.bases[0]
+        if not (isinstance(base, ast.Name) and base.id in classes) or any(
+                isinstance(n, ast.AnnAssign) and n.value is not None for n in node.body):
+            break
+        node = classes[base.id]
     if isinstance(node, ast.ClassDef):
         init = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
         if not init:  # a dataclass: its annotated fields with values

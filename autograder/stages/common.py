@@ -42,7 +42,7 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
         raise Fail("the stage's functions return None: write them first (their defaults count then)")
     from ..sandbox.safe_files import read_bytes
-    from ..sandbox.static_check import same_default, source_defaults
+    from ..sandbox.static_check import readable_default, same_default, source_defaults
 
     for target, defaults in want.items():
         module, name = target.split(":")
@@ -54,8 +54,11 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
         bad = {k: got.get(k, "no default") for k, v in defaults.items() if k not in got or not same_default(got[k], v)}
         if bad:
             name = target.split(":")[1]
-            raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} differ from the "
-                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}")
+            unread = [k for k, v in bad.items() if k in got and not readable_default(v)]
+            said = (f" ({', '.join(unread)}: written in a way the grader does not read as a value; write the value "
+                    "itself, or a module constant holding it)" if unread else "")
+            raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} are not the "
+                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}{said}")
 
 
 def require_nontrivial(out_a, out_b, what: str) -> None:
