@@ -34,9 +34,9 @@ class CausalSelfAttention(nn.Module):
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed). The grader runs one step in a
         process of its own, after filling the cache through `append` alone, and reads that process's
-        peak memory and CPU time from outside it: At 1,023 cached positions one decode step must add far
-        less memory than the scores of every pair of cached positions, and may take at most 0.15 s more
-        CPU time than the grader's own step on the same inputs.
+        peak memory and CPU time from outside it: At 768 to 1,023 cached positions one decode step must
+        add far less memory than the scores of every pair of cached positions, and may take at most 0.15 s
+        more CPU time than the grader's own step on the same inputs.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

@@ -186,7 +186,7 @@ def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tm
     for e in QUADRATIC_STEP:
         edits[e.file].append((e.old, e.new))
     edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n\n" + LINGER),
-                           (MODULE_RETURN, "        if cache is not None and cache.length > 1000:\n"
+                           (MODULE_RETURN, "        if cache is not None and cache.length > 700:\n"
                                            "            _OUT.armed = True\n" + MODULE_RETURN)]
     st = grade(variant(tmp_path, edits), stages=["kv_cache"]).stages["kv_cache"]
     cost = {r.check.name: r for r in st.checks}["decode_step_cost_linear"]
@@ -527,3 +527,19 @@ def test_files_written_in_the_childs_own_folder_are_capped_in_sum(tmp_path, monk
     assert fused.score < 14 and any("files a child may leave there" in r.message for r in fused.checks), \
         [r.message for r in fused.checks][:3]
     assert not [p for p in set(glob.glob("/tmp/attn-grade-*")) - before if glob.glob(p + "/fill*.bin")]
+
+
+def test_a_string_annotation_evaluated_by_typing_is_a_string_run_as_code(tmp_path):
+    """Found by a second stranger attacker: `def h(x: "__import__('torch')")` and typing.get_type_hints ran a string
+    as code from typing's own frame, which the guard trusted, and softmax borrowed torch with no import statement
+    (11 -> 12). typing evaluating an annotation while the submission's code is on the stack is refused with the
+    rule; correct code with annotations (strings included, through `from __future__ import annotations`) is not."""
+    body = ("    def _h(x: \"__import__('torch')\"):\n        return x\n"
+            "    typing.get_type_hints(_h)\n")
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, body + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    assert sm.score == 0 and any("string annotation" in r.message for r in sm.checks), [r.message for r in sm.checks][:2]
+    ok = variant(tmp_path / "ok", {"softmax.py": [("import numpy as np\n",
+                                                   "from __future__ import annotations\n\nimport numpy as np\n")]})
+    assert grade(ok, stages=["softmax"]).stages["softmax"].score == 12

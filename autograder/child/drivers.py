@@ -149,6 +149,7 @@ def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, seed=0,
     baseline, the grader's own step on the same inputs: the same torch operations, none of the submission.
     Returns the step's output and the cache's length after it (the peak, measured outside, decides; the
     output must be the right one, which the parent checks)."""
+    length = seeded.decode_length(length, seed)  # drawn from the grade's seed, the same in the baseline
     qkv_w, out_w, k_old, v_old, x = (torch.as_tensor(a, dtype=torch.float32)
                                      for a in seeded.decode_step(batch, n_heads, d_head, length, seed))
     with torch.no_grad():

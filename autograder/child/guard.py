@@ -56,6 +56,7 @@ _READ_EVENTS = ("os.listdir", "os.scandir", "glob.glob")
 WATCHED = ("os.", "subprocess.", "pty.", "webbrowser.", "socket.", "open", "import", "exec", "compile", "code.",
            "function.", "object.__", "sys.", "shutil.", "ctypes.", "mmap.", "gc.", "resource.", "builtins.breakpoint",
            "glob.", "cpython.", "winreg.", "syslog.")
+_TYPING = _SEP + "typing.py"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
@@ -192,6 +193,10 @@ class Guard:
         if event.startswith(FROM_STUDENT_FRAME):
             if caller_is_student:
                 self.refuse(f"{event} {args[1]!r}" if event == "object.__getattr__" and len(args) > 1 else event)
+            if event in ("exec", "compile") and frame.f_code.co_filename.endswith(_TYPING) and self.student_on_stack(frame):
+                # typing evaluates a string annotation as an expression: a string of the submission's run as code
+                # (found by a stranger attacker: `def h(x: "__import__('torch')")` and typing.get_type_hints)
+                self.refuse(f"{event} of a string annotation (typing evaluates it as code)")
             return
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]

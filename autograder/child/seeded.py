@@ -32,3 +32,9 @@ def module_inputs(n: int, d_model: int, seed: int = 0) -> tuple:
     qkv_w = source.standard_normal((3 * d_model, d_model), dtype=np.float32) / np.float32(d_model**0.5)
     out_w = source.standard_normal((d_model, d_model), dtype=np.float32) / np.float32(d_model**0.5)
     return x, qkv_w, out_w
+
+
+def decode_length(longest: int, seed: int) -> int:
+    """How many cached positions the measured decode step has: drawn from the grade's seed between 3/4 of `longest`
+    and `longest` (768 to 1,023), so a step cannot be cheap at one known length alone (secret on Gradescope)."""
+    return longest - int(np.random.default_rng([seed, 1023]).integers(0, longest // 4 + 1))

@@ -210,18 +210,19 @@ def expected_step(sizes: tuple, seed: int = 0) -> np.ndarray:
 
 
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
-              rule="At 1,023 cached positions one decode step must add far less memory than the scores of every "
-                   "pair of cached positions, and may take at most 0.15 s more CPU time than the grader's own step "
-                   "on the same inputs.")
+              rule="At 768 to 1,023 cached positions one decode step must add far less memory than the scores of "
+                   "every pair of cached positions, and may take at most 0.15 s more CPU time than the grader's own "
+                   "step on the same inputs.")
 def decode_step_cost_linear(api, ctx):
-    """one decode step after 1,023 cached positions adds far less memory than the [B, H, L, L] scores, and takes
+    """one decode step after 768 to 1,023 cached positions adds far less memory than the [B, H, L, L] scores, takes
     about the CPU time of the grader's own step (both as the kernel counted them, read by the grader)"""
-    B, H, D, L = DECODE_SIZES
+    B, H, D, longest = DECODE_SIZES
+    L = seeded.decode_length(longest, ctx.seed)  # drawn from the grade's seed: the same in the child that measures
     r, extra, cpu, base_cpu = timed_over_baseline(api, "decode_memory_run", ctx.seed)
     if r["length"] != L + 1:
         raise Fail(f"after {L} positions appended to a KVCache of max_len {L + 1}, one decode step left its "
                    f"length at {r['length']}; expected {L + 1}")
-    check_close(np.asarray(r["out"]), expected_step(DECODE_SIZES, ctx.seed),
+    check_close(np.asarray(r["out"]), expected_step((B, H, D, L), ctx.seed),
                 f"one decode step (x [{B}, 1, {H * D}]) after {L} random keys and values appended to the cache",
                 inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
     pairs = B * H * (L + 1) ** 2 * 4  # float32 scores of every (query, key) pair of the cached positions
@@ -232,6 +233,11 @@ def decode_step_cost_linear(api, ctx):
                         f"positions are {pairs / 2**20:.0f} MiB, the new token's row of them {row / 2**10:.0f} KiB. "
                         "The step redoes work for every cached position pair: compute only the new rows of scores")
     over = None if cpu is None or base_cpu is None else cpu - base_cpu  # filling the cache included, in both
+    if over is not None and over > CPU_OVER_S:  # measured once more before it costs points: each side's least counts
+        _, _, cpu_again, base_again = timed_over_baseline(api, "decode_memory_run", ctx.seed)
+        if cpu_again is not None and base_again is not None:
+            cpu, base_cpu = min(cpu, cpu_again), min(base_cpu, base_again)
+            over = cpu - base_cpu
     if over is not None and over > CPU_OVER_S:
         raise diagnosed("cache-quadratic-step", f"one decode step after {L} cached positions (B={B}, H={H}) took "
                         f"{cpu:.2f} s of CPU time, {over:.2f} s more than the grader's own step on the same inputs "
