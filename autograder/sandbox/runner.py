@@ -471,9 +471,7 @@ class Worker:
                 at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
                 raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow){at}",
                                      where=site, loading=loading[0] if loading else None)
-            if time.monotonic() >= self._next_scratch_check:
-                self._next_scratch_check = time.monotonic() + SCRATCH_EVERY_S
-                self._check_scratch()
+            self._check_scratch()
             ready, _, _ = select.select([self.child.results], [], [], min(left, SCRATCH_EVERY_S))
             if ready:
                 try:
@@ -505,8 +503,13 @@ class Worker:
         return bytes(line)
 
     def _check_scratch(self) -> None:
-        """End the child if what it wrote in its own folder passes SCRATCH_CAP_BYTES or SCRATCH_CAP_ENTRIES (found
-        by a stranger attacker: 64 files of 16 MiB a call, through torch.from_file, filled the host's disk)."""
+        """End the child if what it wrote in its own folder passes scratch_cap_bytes() or SCRATCH_CAP_ENTRIES (found
+        by a stranger attacker: 64 files of 16 MiB a call, through torch.from_file, filled the host's disk). Read
+        at most every SCRATCH_EVERY_S, during a call and after an answer alike: a stream of fast calls costs one
+        read of the folder a quarter second, not one a call."""
+        if time.monotonic() < self._next_scratch_check:
+            return
+        self._next_scratch_check = time.monotonic() + SCRATCH_EVERY_S
         size, entries = folder_usage(self.scratch, SCRATCH_CAP_ENTRIES)
         cap = scratch_cap_bytes()
         if size > cap or entries > SCRATCH_CAP_ENTRIES:

@@ -361,37 +361,39 @@ def _folded(node: ast.expr, constants: dict, depth: int = 0):
 
 
 def _constants(tree: ast.Module) -> dict[str, ast.expr]:
-    """The module's names bound once, at its top level, by a plain assignment (`N_PAIRS = 20_000`), and never
-    rebound (another assignment, a `global` in a function, an import, a def): their expressions."""
+    """The module's names bound once, at its top level, by a plain assignment (`N_PAIRS = 20_000`, `A = B = 64`,
+    `A, B = 64, 64`), and never rebound (in another statement at the top level, by a `global`, an import or a
+    def): their expressions."""
     bound: dict[str, list] = {}
+    rebound: set[str] = set()
+
+    def stored(node: ast.AST) -> set[str]:
+        return {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+
     for node in tree.body:
-        if isinstance(node, ast.Assign):  # A = 64, A = B = 64 (chained), A, B = 64, 64 (unpacked)
+        if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
-                    bound.setdefault(target.id, []).append(node.value)
+                    pairs = [(target.id, node.value)]
                 elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
                       and len(target.elts) == len(node.value.elts) and all(isinstance(t, ast.Name) for t in target.elts)):
-                    for t, value in zip(target.elts, node.value.elts):
-                        bound.setdefault(t.id, []).append(value)
+                    pairs = [(t.id, v) for t, v in zip(target.elts, node.value.elts)]
+                else:
+                    rebound |= stored(target)
+                    continue
+                for name, value in pairs:
+                    bound.setdefault(name, []).append(value)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             bound.setdefault(node.target.id, []).append(node.value)
-    rebound: set[str] = set()
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            rebound.add(node.name)
+        else:  # an augmented assignment, a loop, a with, an if or try holding assignments
+            rebound |= stored(node)
     for n in ast.walk(tree):
         if isinstance(n, ast.Global):
             rebound |= set(n.names)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             rebound |= {(a.asname or a.name).split(".")[0] for a in n.names}
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n in tree.body:
-            rebound.add(n.name)
-        elif isinstance(n, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)) and n in tree.body:
-            rebound |= {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
-        elif isinstance(n, ast.Assign) and n in tree.body:  # a target bound in any other shape is not a constant
-            for target in n.targets:
-                plain = isinstance(target, ast.Name) or (
-                    isinstance(target, ast.Tuple) and isinstance(n.value, ast.Tuple)
-                    and len(target.elts) == len(n.value.elts) and all(isinstance(t, ast.Name) for t in target.elts))
-                if not plain:
-                    rebound |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
     return {name: values[0] for name, values in bound.items() if len(values) == 1 and name not in rebound}
 
 
