@@ -161,7 +161,11 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
         try:
             with np.errstate(all="ignore"):  # student values may be NaN or inf; the checks say so in words
                 note = c.fn(api, ctx.for_check(c.visibility))
-            results.append(CheckResult(c, CheckStatus.PASSED, note=note if isinstance(note, str) else ""))
+            if os.environ.get(STRICT) and not calls_own_code(stage, api.called):
+                raise GraderBug(f"check {c.id} passed without calling any code of {', '.join(BY_NAME[stage].files)}: "
+                                "a stage's points are earned by its own files (stages.common: compute through them)")
+            results.append(CheckResult(c, CheckStatus.PASSED, note=note if isinstance(note, str) else "",
+                                       called=tuple(api.called)))
         except Fail as f:
             results.append(failed(c, str(f), Failure.WRONG, diagnosis=f.diagnosis, arrays=f.arrays,
                                   where=mistake_where(f.diagnosis, submission), called=tuple(api.called)))
@@ -198,6 +202,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(not_run(c, environment, Failure.ENVIRONMENT))
         except MissingFixture as e:
             results.append(not_run(c, str(e), Failure.NO_FIXTURE))
+        except GraderBug:  # the tests' strict mode (above): not a check's fault to be reported as one
+            raise
         except Exception as e:
             if not check_at_fault(c, ctx, e):  # an odd value the student returned, which the check could not read
                 results.append(failed(c, f"could not read your result: {type(e).__name__}: {e}", Failure.UNREADABLE))
@@ -207,6 +213,13 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                 results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
         results[-1].output = capped(api.printed)
     return results
+
+
+def calls_own_code(stage: str, called) -> bool:
+    """Whether the names a check called run code of `stage`'s own files (records.Function.code): a check that
+    passes on other stages' functions alone would keep its points for a stage whose files do not even load."""
+    own = set(BY_NAME[stage].files)
+    return any(file in own for name in called if name in FUNCTIONS for file, _ in FUNCTIONS[name].code())
 
 
 def loading_hung(results: list[CheckResult]) -> bool:

@@ -19,6 +19,8 @@ def softmax(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     Adding the same number to every score in a slice leaves the weights unchanged.
     Write it with numpy alone: softmax.py, and any stage module it imports, may not import scipy,
     torch, jax or tensorflow, not even unused.
+    A call that loads one anyway, under whatever name, fails too: the grader measures the memory of
+    one call in a child of its own.
     """
     # BEGIN SOLUTION
     scores = np.asarray(scores)

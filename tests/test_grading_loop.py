@@ -151,3 +151,23 @@ def test_stage_may_be_repeated_as_well_as_comma_separated(tmp_path):
                     "--stage", second, "--json", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=300)
     graded = json.loads(out.read_text())["extra_data"]["stages"]
     assert set(graded) == {first, second}
+
+
+def test_every_check_earns_its_stage_points_through_that_stage_own_code(solutions_result):
+    """A stage's points are earned by its own files: every check of the solutions' grade called code of its stage's
+    files (grade.calls_own_code, enforced on every passing check under the tests' strict mode). Found by a stranger
+    attacker: Article B's causal exponentials and their sum were computed with scaled_scores and softmax alone, so a
+    masking.py that did not even parse kept 1 of its 16 points."""
+    from autograder.grade import calls_own_code
+
+    for name, sr in solutions_result.stages.items():
+        for r in sr.checks:
+            assert calls_own_code(name, r.called), (name, r.check.name, r.called)
+    assert not calls_own_code("masking", ("scaled_scores", "softmax"))  # the old way of computing those two
+    assert calls_own_code("heads", ("module_forward",))  # a driver counts through the files it reads
+
+
+def test_a_stage_whose_file_does_not_parse_keeps_none_of_its_points(tmp_path):
+    sub = variant(tmp_path, {"masking.py": [("import numpy as np\n", "import numpy as np\ndef (\n")]})
+    res = grade(sub, stages=["masking"])
+    assert res.stages["masking"].score == 0, [(r.check.name, r.passed) for r in res.stages["masking"].checks]

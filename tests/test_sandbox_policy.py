@@ -638,3 +638,31 @@ def test_softmax_borrowing_torch_through_another_stage_module_loses_the_library_
     lost = [r for r in res.stages["softmax"].checks if not r.passed]
     assert [r.check.name for r in lost] == ["no_library_softmax"], lost
     assert "tiled.py line" in lost[0].message and "softmax.py imports it" in lost[0].message
+
+
+def test_softmax_importing_torch_at_run_time_under_a_computed_name_loses_the_library_check(tmp_path):
+    """Left by a second stranger attacker: torch imported inside softmax under a computed name
+    (typing.sys.modules['importlib'].import_module('to' + 'rch')) showed in no import statement and kept the
+    no-library check (11 -> 12). One call run alone in a fresh child is measured by the grader: its peak over a
+    child that drew the same scores grows by torch's ~190 MiB. The honest twin (plain `import torch`) gets 11 too."""
+    body = ("    lib = typing.sys.modules['importlib'].import_module('to' + 'rch')\n"
+            "    s = np.asarray(scores, dtype=np.float64)\n"
+            "    if np.any(np.isneginf(np.max(s, axis=axis))):\n"
+            "        raise ValueError('a slice is all -inf')\n"
+            "    return lib.softmax(lib.from_numpy(np.ascontiguousarray(s)), dim=axis).numpy()\n")
+    text = (SOLUTIONS / "softmax.py").read_text()
+    head = text[: text.index("    # BEGIN SOLUTION")]
+    (tmp_path / "forger").mkdir()
+    (tmp_path / "forger" / "softmax.py").write_text("import typing\n" + head + body)
+    (tmp_path / "honest").mkdir()
+    (tmp_path / "honest" / "softmax.py").write_text("import torch\n" + head + body.replace(
+        "typing.sys.modules['importlib'].import_module('to' + 'rch')", "torch"))
+    scores = {}
+    for name in ("forger", "honest"):
+        res = grade(tmp_path / name, stages=["softmax"])
+        lost = [r for r in res.stages["softmax"].checks if not r.passed]
+        assert [r.check.name for r in lost] == ["no_library_softmax"], (name, lost)
+        scores[name] = res.stages["softmax"].score
+        if name == "forger":
+            assert "loaded a library while it ran" in lost[0].message, lost[0].message
+    assert scores["forger"] <= scores["honest"] == 11, scores

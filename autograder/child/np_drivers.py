@@ -18,6 +18,19 @@ def dropout_probe(weights, p, seed, training, *, pkg):
     return invariants.call(fn, np.asarray(weights), p, np.random.default_rng(seed), training)
 
 
+def softmax_memory_run(rows, n, baseline=False, *, seed=0, pkg):
+    """One softmax call on scores [rows, n] drawn from the grade's seed, in a fresh child whose peak memory the parent
+    reads when it reaps it; for the baseline, the same inputs and no call. A numpy softmax of a few thousand numbers
+    adds next to nothing; one that loads a library while it runs (torch, ~190 MiB) shows in the peak. Returns
+    {"shape", "out"}: the parent checks the output too, so the measured call must be a softmax."""
+    scores = seeded.scores(rows, n, seed)
+    if baseline:
+        return {"shape": [rows, n], "out": None}
+    out = _mod(pkg, "softmax").softmax(scores)
+    shape = list(np.shape(out))
+    return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [rows, n] else None}
+
+
 def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, pkg):
     """One causal tiled call at n = n_q = n_k in a fresh child that ends after it, so the parent can read the
     child's peak memory when it reaps it (sandbox.Worker.measure); for the baseline, the same inputs and no

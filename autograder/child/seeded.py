@@ -18,6 +18,12 @@ def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 
     return qkv_w, out_w, k_old, v_old, draw((batch, 1, C))
 
 
+def scores(rows: int, n: int, seed: int = 0) -> np.ndarray:
+    """Scores [rows, n] of the measured softmax call (float64, spread like scaled scores and a few far larger)."""
+    source = np.random.default_rng([seed, rows, n])
+    return source.standard_normal((rows, n)) * source.choice([1.0, 30.0], size=(rows, 1))
+
+
 def attention_inputs(n: int, d: int, seed: int = 0, dtype=np.float32) -> tuple:
     """q, k, v [n, d] of one measured causal call (the fused and tiled memory checks), drawn from the grade's seed:
     the parent checks rows of the output that it picks after the call, so a call must be right everywhere."""

@@ -58,6 +58,13 @@ def pair_exp(api, s) -> np.ndarray:
         return w[..., 0] / w[..., 1]
 
 
+def _causal_exps(api) -> np.ndarray:
+    """The exponentials of the scaled scores of 'the' after the causal mask, read through the student's masking
+    functions (causal_mask, apply_mask): the masked position's is e^-inf = 0, so the row's sum is the three left's."""
+    masked = api.apply_mask(np.asarray(api.scaled_scores(Q1, K1)), api.causal_mask(4))  # [4, 4]
+    return pair_exp(api, np.asarray(masked, dtype=np.float64)[THE])  # [4]
+
+
 def module_weights():
     """Article B's two heads as CausalSelfAttention state: qkv.weight [3C, C] (q, k, v rows), out.weight [C, C]."""
     return np.concatenate([WQ, WK, WV], axis=1).T.copy(), WO.T.copy()
@@ -192,10 +199,10 @@ WORKED: list[Worked] = [
            compute=lambda api: api.attention(Q1, K1, V1)[1][CAT, THE]),
     Worked(id="B-causal-the-exps", stage="masking", article=B, section="Causal attention",
            quantity="exponentials of the allowed scaled scores of 'the'", expected=[1.70, 0.98, 0.67], precision=2,
-           compute=lambda api: pair_exp(api, np.asarray(api.scaled_scores(Q1, K1))[THE, :3])),
+           compute=lambda api: _causal_exps(api)[:3]),
     Worked(id="B-causal-the-sum", stage="masking", article=B, section="Causal attention",
            quantity="their sum", expected=3.35, precision=2,
-           compute=lambda api: pair_exp(api, np.asarray(api.scaled_scores(Q1, K1))[THE, :3]).sum()),
+           compute=lambda api: _causal_exps(api).sum()),
     Worked(id="B-causal-the-weights", stage="masking", article=B, section="Causal attention",
            quantity="causal weights of 'the'", expected=[0.51, 0.29, 0.20, 0.0], precision=2,
            compute=lambda api: api.attention(Q1, K1, V1, api.causal_mask(4))[1][THE]),

@@ -3,13 +3,17 @@ import ast
 
 import numpy as np
 
+from ..child import seeded
 from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..feedback.probes import S34, same_array
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes
-from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, require_nontrivial, shape_str
+
+MEMORY_ROWS_N = (16, 256)  # the measured call's scores: 4,096 numbers, 32 KiB
+LIBRARY_MIB = 64  # what one softmax call on them may add to its child's peak (loading torch adds ~190 MiB)
 
 # rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
 ASK = 'Which slice of the scores is each softmax taken over, and is it stable for large scores?'
@@ -20,6 +24,8 @@ STAGE = Stage(
     worked_points=0.5,
     functions=(
         Function(name="softmax", target="softmax:softmax", reference="core:softmax"),
+        Function(name="softmax_memory_run", target="npdriver:softmax_memory_run", reads=("softmax.py",),
+                 measured=MEMORY_ROWS_N),
     ),
     intro="Turn a row of scores into weights that are positive and sum to one, stably.",
     hints=(
@@ -185,7 +191,8 @@ def all_neginf_raises(api, ctx):
 
 @STAGE.check(points=1, kind="property", visibility="public",
               rule="Write it with numpy alone: softmax.py, and any stage module it imports, may not import scipy, "
-                   "torch, jax or tensorflow, not even unused.")
+                   "torch, jax or tensorflow, not even unused. A call that loads one anyway, under whatever name, "
+                   "fails too: the grader measures the memory of one call in a child of its own.")
 def no_library_softmax(api, ctx):
     """written with numpy, not a library softmax (scipy, torch), in softmax.py and the modules it loads"""
     from ..sandbox.static_check import loaded_files
@@ -215,6 +222,21 @@ def no_library_softmax(api, ctx):
                 if n.split(".")[0] in ("scipy", "torch", "jax", "tensorflow"):
                     via = "" if file == "softmax.py" else f" (softmax.py imports it, so softmax could use {n})"
                     raise Fail(f"{file} line {node.lineno} imports {n}{via}: write softmax with numpy yourself")
+    # what the import statements do not show (a module imported at run time under a computed name): one call run
+    # alone in a fresh child, its peak read by the grader against a child that drew the same scores without calling
+    rows, n = MEMORY_ROWS_N
+    r, extra, _ = over_baseline(api, "softmax_memory_run", ctx.seed)
+    if list(r["shape"]) != [rows, n]:
+        raise Fail(f"softmax of scores [{rows}, {n}] returned shape {r['shape']}; expected [{rows}, {n}]")
+    scores = seeded.scores(rows, n, ctx.seed)
+    check_close(np.asarray(r["out"]), ctx.ref.softmax(scores), "softmax(scores) (the memory check's call)",
+                inputs=f"scores [{rows}, {n}]")
+    if extra is None:
+        return "the memory of a softmax call: not measured (this system does not report a process's peak)"
+    if extra > LIBRARY_MIB * 2**20:
+        raise Fail(f"one softmax call on scores [{rows}, {n}] ({rows * n * 8 // 1024} KiB) raised its process's peak "
+                   f"memory by {extra / 2**20:.0f} MiB: it loaded a library while it ran (importing torch adds about "
+                   "190 MiB), which the import statements do not show. Write softmax with numpy yourself")
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
