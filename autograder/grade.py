@@ -344,8 +344,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     t0 = time.monotonic()
     budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
-    started = any(getattr(w, "child", None) is not None for w in (workers or {}).values())
-    snap = (current(submission) if started else None) or take(submission)  # what every part of this grade reads
+    # what every part of this grade reads: with workers started ahead (prestart), the snapshot taken then
+    snap = (current(submission) if workers else None) or take(submission)
     try:
         return _grade(submission, snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
                       workers, pictures)

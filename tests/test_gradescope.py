@@ -216,6 +216,9 @@ def test_cannot_kill_the_grader(zip_path, tmp_path, layer):
     data, scores = run_zip(zip_path, sub, tmp_path)
     if layer == "static check":
         refused_alone(data, scores, "softmax.py", ("projections", "scaling", "kv_cache", "fused", "tiled"))
+    elif scores == FULL:  # a child forked from a server that had loaded `signal`: its import raised no audit event,
+        # the kill did (refused whoever asks), and the code swallowed the refusal: the grader lived, nothing was gained
+        assert data["score"] == CORE_POINTS
     else:
         guarded_alone(data, scores, "softmax")
 

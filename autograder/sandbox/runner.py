@@ -38,7 +38,9 @@ from .safe_files import current, take
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
-MAX_REPLY_BYTES = 256 * 2**20  # one answer from a child; the largest real one (a traced probe) is far smaller
+# one answer from a child: a solutions grade's largest is under 1 MiB, a full trace (child/tracer.py) under 17 MiB.
+# Every child a grade runs at once (the grading children and their measuring ones) may flood the parent up to it
+MAX_REPLY_BYTES = 32 * 2**20
 # what a child may leave in its own folder (its temp folder: libraries cache a few MiB there as they load), read by the
 # grader every SCRATCH_EVERY_S of a call: each file is capped by the child's own limit, their sum and number only here
 # (ATTN_SCRATCH_MIB sets the first: the operator's switch, and the tests')
@@ -606,14 +608,19 @@ def environment_fault(crash: str) -> str:
 
 def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:
     """Start the children now, so their interpreters load numpy (and torch) while the grader
-    imports its checks: the start-ups overlap instead of adding up. Where forking is safe the torch side
-    is a fork server (inside namespaces where they exist) that imports torch once: the grading child and
-    every fresh child that measures memory are forks of it, not new interpreters importing torch again.
+    imports its checks: the start-ups overlap instead of adding up. Where forking is safe each side is a fork
+    server (inside namespaces where they exist) that imports torch once (numpy alone, for the numpy side): the
+    grading child and every fresh child that measures are forks of it, not new interpreters importing again.
     Close the workers' launchers when the grade is done (close_launchers)."""
     def start(kind: str) -> Worker:
-        if kind == "torch" and fork_is_safe():
-            server = ForkServer(isolate=namespaces.available(), wait=False)
-            return Worker(Path(submission).resolve(), timeout=timeout, zygote=server)  # forked on first use
+        if fork_is_safe():  # the numpy side's server never loads torch: its measuring children are forks of it too
+            try:
+                server = ForkServer(isolate=namespaces.available(), wait=False, torch=kind == "torch")
+            except OSError:  # the interpreter cannot be started: a plain worker reports it when the grade calls
+                server = None
+            if server is not None:
+                return Worker(Path(submission).resolve(), timeout=timeout, zygote=server,
+                              reuse_memory=kind == "numpy")  # forked on first use
         w = Worker(Path(submission).resolve(), timeout=timeout, reuse_memory=kind == "numpy")
         try:
             w.start()
@@ -621,18 +628,15 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
             pass
         return w
 
-    workers = {"numpy": start("numpy")}  # most runs need it: started before numpy loads here
-    if stages is None:
-        workers["torch"] = start("torch")
-        return workers
-    from ..stages import BY_NAME
+    if current(submission) is None:  # the bytes the whole grade sees, from now on (a forked child starts later)
+        take(submission)
+    kinds = ["torch", "numpy"]  # the torch side first: its import is the longest start of a grade
+    if stages is not None:
+        from ..stages import BY_NAME
 
-    known = [BY_NAME[n] for n in stages if n in BY_NAME]
-    if any(s.torch for s in known):
-        workers["torch"] = start("torch")
-    if not any(not s.torch for s in known):
-        workers.pop("numpy").close()
-    return workers
+        known = [BY_NAME[n] for n in stages if n in BY_NAME]
+        kinds = [k for k in kinds if any(s.torch == (k == "torch") for s in known)] or ["numpy"]
+    return {kind: start(kind) for kind in kinds}
 
 
 def close_launchers(workers: dict) -> None:
