@@ -117,6 +117,25 @@ def describe_error(error: dict, submission: Path, stage: str | None = None) -> s
     return f"raised {error['type']}: {error['message']}{where}"
 
 
+def syntax_error_of(submission: Path, file: str) -> dict | None:
+    """The error a stage file's import raises when its source does not parse (as the child would report it), read
+    here from the grader's snapshot: a stage whose own file does not parse keeps none of its points, even where its
+    module was already loaded in the child from somewhere else (another module can put one in sys.modules)."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(read_bytes(submission / file), filename=file)
+    except SyntaxError as e:
+        return {"type": type(e).__name__, "message": f"{e.msg} ({file}, line {e.lineno})", "file": file,
+                "line": e.lineno}
+    except (UnusableFile, ValueError):
+        return None
+    return None
+
+
 def refused_why(submission: Path, file: str) -> str | None:
     """Why the import and introspection rule refuses this stage file (static_check), or None."""
     from .sandbox.static_check import describe, refusals
@@ -136,6 +155,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
     unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
     aborted, stopped, budget_out, environment = None, 0, False, None
+    unparsed = next((e for f, p in problems.items() if not p and (e := syntax_error_of(submission, f))), None)
     worker = getattr(api, "worker", None)
     for c in checks_to_run(stage, public_only):
         api.called, api.printed = [], ""
@@ -151,6 +171,10 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             continue
         if unusable:
             results.append(not_run(c, "; ".join(unusable), Failure.REFUSED))
+            continue
+        if unparsed:
+            results.append(failed(c, describe_error(unparsed, submission, stage), Failure.RAISED, error=unparsed,
+                                  where=where_of(unparsed, submission), origin=origin_of(unparsed, stage)))
             continue
         if aborted:
             if budget_out:
@@ -242,7 +266,7 @@ def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
     returned value can cause (a name or import the check's code lacks), or the same error again when the
     reference's answers stand in for the student's (api.ReplayAPI). Where the reference cannot stand in
     (drivers) or answers differently, the student's value stays the likely cause."""
-    if isinstance(error, (NameError, ImportError, SyntaxError)):
+    if isinstance(error, (NameError, ImportError)):  # a SyntaxError here comes from parsing the submission's source
         return True
     try:
         with np.errstate(all="ignore"):

@@ -179,3 +179,20 @@ def test_a_grading_process_that_grew_keeps_measuring_fairly():
     st = res.stages["tiled"]
     assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
     del ballast
+
+
+def test_causal_lower_right_imported_at_the_top_keeps_full_marks_through_make_grade(tmp_path):
+    """Found by a stranger student: graded as `make grade` does (prestart: every child forked from a server), a
+    fused.py importing causal_lower_right at its top scored 0/14 ("Artifact ... already registered"): the server's
+    temp folder (/tmp, fixed when torch loaded) stayed the forked child's, torch._dynamo's first load tried to make
+    its cache folder there, the write barrier refused it, and the half-loaded module failed again in the student's
+    import. A forked child's temp folder is its own scratch folder (its TMPDIR)."""
+    import json
+
+    from autograder.cli import main
+
+    sub = variant(tmp_path, {"fused.py": FUSED_VARIANTS["causal_lower_right imported at the top"]})
+    out = tmp_path / "r.json"
+    assert main(["grade", "--submission", str(sub), "--stage", "fused", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["extra_data"]["stages"]["fused"]["score"] == 14, [t["output"] for t in data["tests"] if t["score"] == 0]

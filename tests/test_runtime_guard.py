@@ -547,3 +547,33 @@ def test_a_string_annotation_evaluated_by_typing_is_a_string_run_as_code(tmp_pat
     ok = variant(tmp_path / "ok", {"softmax.py": [("import numpy as np\n",
                                                    "from __future__ import annotations\n\nimport numpy as np\n")]})
     assert grade(ok, stages=["softmax"]).stages["softmax"].score == 12
+
+
+def test_a_child_tells_the_submission_nothing_of_what_kind_it_is_nor_leads_to_the_grader(tmp_path, static_check_off):
+    """Found by a stranger attacker: a measuring child was known by ATTN_PRELOAD in its environment, so a module
+    could be right (fused, linear) only while measured (fused 8.5 -> 14, kv_cache 13 -> 16); and the grader's child
+    modules sat in sys.modules (typing.sys.modules['autograder.child.invariants']._same = ... hid a softmax that
+    rewrites its input: 1 -> 12). Once a child is ready its ATTN_ settings are gone from os.environ and
+    posix.environ, and no name in sys.modules (nor __main__) leads to the grader's code: a softmax that breaks when
+    it sees any of them keeps full marks, in every stage that calls it and in the measuring children."""
+    look = (f"    _m = {MODULES}\n"
+            "    _env = [k for k in _m['os'].environ if k.startswith('ATTN_')]\n"
+            "    _env += [k for k in _m['posix'].environ if k.startswith(b'ATTN_')]\n"
+            "    _ours = [n for n in _m if n.startswith('autograder')]\n"
+            "    _ours += [n for n in vars(_m['__main__']) if not n.startswith('__')]\n"
+            "    if _env or _ours:\n"
+            "        return np.zeros_like(np.asarray(scores, dtype=float))\n")
+    sub = variant(tmp_path / "look", {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                                     (SOFTMAX_BODY, look + SOFTMAX_BODY)]})
+    res = grade(sub, stages=["softmax", "masking"])
+    assert res.stages["softmax"].score == 12 and res.stages["masking"].score == 16, [
+        (r.check.name, r.message) for s in res.stages.values() for r in s.checks if not r.passed]
+    # the in-place rewrite with the grader's record patched, against its honest twin (the rewrite alone)
+    rewrite = "    scores = np.asarray(scores)\n    scores -= np.max(scores, axis=axis, keepdims=True)\n"
+    patch = (f"    _inv = {MODULES}.get('autograder.child.invariants')\n"
+             "    if _inv is not None:\n        _inv._same = lambda a, b: True\n")
+    twin = grade(variant(tmp_path / "twin", {"softmax.py": [(SOFTMAX_BODY, rewrite)]}), stages=["softmax"])
+    forger = grade(variant(tmp_path / "forger", {"softmax.py": [
+        ("import numpy as np\n", "import typing\n\nimport numpy as np\n"), (SOFTMAX_BODY, patch + rewrite)]}),
+        stages=["softmax"])
+    assert forger.stages["softmax"].score <= twin.stages["softmax"].score < 12

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -45,6 +46,7 @@ def become_worker(req: dict) -> None:
     os.chdir(req["scratch"])
     os.environ.clear()
     os.environ.update(req["env"])
+    tempfile.tempdir = None  # the server's temp folder (/tmp, kept when torch loaded) is not the child's: its TMPDIR
     policy.enter(policy.Limits(**req["limits"]), req["uid"])
     if TORCH:  # torch was imported before the fork
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

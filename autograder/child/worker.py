@@ -55,16 +55,32 @@ def entry(exc: BaseException, sub_dir: str) -> dict | None:
     return None
 
 
+_HELD: dict = {}  # the grader's modules in this child, out of sys.modules once the child is ready (hide_the_grader)
+
+
+def hide_the_grader() -> None:
+    """Take the grader's own modules (autograder.*) out of sys.modules, holding them here, and leave an empty
+    `__main__` (this file, or the fork server's, holds the drivers): a name in sys.modules, which the submission can
+    reach through an allowed module (typing.sys.modules), no longer leads to the grader's code or its records."""
+    import types
+
+    for name in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
+        _HELD[name] = sys.modules.pop(name)
+    sys.modules["__main__"] = types.ModuleType("__main__")
+
+
 def resolve(target: str, pkg: str):
     module_name, func = target.split(":")
-    if module_name == "driver":
-        from autograder.child import drivers  # imports torch
-
-        return getattr(drivers, func)
-    if module_name == "npdriver":
-        from autograder.child import np_drivers
-
-        return getattr(np_drivers, func)
+    if module_name in ("driver", "npdriver"):
+        name = "autograder.child." + ("drivers" if module_name == "driver" else "np_drivers")  # drivers import torch
+        if name not in _HELD:  # loaded now, with the grader's modules back in place for that moment (no student
+            sys.modules.update(_HELD)  # code runs meanwhile), then out of reach again
+            try:
+                importlib.import_module(name)
+            finally:
+                for held in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
+                    _HELD[held] = sys.modules.pop(held)
+        return getattr(_HELD[name], func)
     return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)
 
 
@@ -201,6 +217,16 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - not a module (a function's name): the call imports what it needs
             pass
+    # nothing in the environment says what kind of child this is (a measuring one, or the grade's): the settings
+    # above are read, then removed, from os.environ and from the interpreter's own copy (posix.environ)
+    for key in [k for k in os.environ if k.startswith("ATTN_")]:
+        os.environ.pop(key, None)
+    for native in (sys.modules.get("posix"), sys.modules.get("nt")):
+        env = getattr(native, "environ", None)
+        if isinstance(env, dict):
+            for key in [k for k in env if (k.decode("latin-1") if isinstance(k, bytes) else str(k)).startswith("ATTN_")]:
+                del env[key]
+    hide_the_grader()
     # said before any of the submission has run, so the parent may believe it: a sealed child leaves no
     # processes behind, and ending its own process group is the whole clean-up; and the CPU time its start took
     # (the interpreter, numpy, torch), which the parent takes off the kernel's count when it measures a call

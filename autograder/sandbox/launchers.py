@@ -387,4 +387,9 @@ class ForkServer:
         except ProcessLookupError:
             pass
         self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):  # a closed server's pipes: no ResourceWarning at exit
+            try:
+                pipe.close()
+            except OSError:
+                pass
         shutil.rmtree(self.home, ignore_errors=True)
