@@ -405,6 +405,11 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
             if worker.child is None:  # what the stages' files import of numpy and torch loads in the child's start
                 worker.preload_libraries = imported_libraries(submission, [f.removesuffix(".py") for n in names
                                                                            for f in BY_NAME[n].files])
+            # measurements in fresh children start now, beside the checks that follow (forked from the torch server
+            # the moment it is ready, as the grading child is)
+            for name in names:
+                if not any(problem(submission / f) for f in BY_NAME[name].files):
+                    start_measurements(api, BY_NAME[name], ctx.seed)
             if torch:
                 try:
                     api.warmup(timeout=max(120.0, timeout))  # imports torch, nothing of the submission
@@ -418,9 +423,6 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                     for name in names:
                         found[name] = none_run(name, why, Failure.NO_TORCH)
                     return
-            for name in names:  # measurements in fresh children start now, beside the checks that follow
-                if not any(problem(submission / f) for f in BY_NAME[name].files):
-                    start_measurements(api, BY_NAME[name], ctx.seed)
             environment = None
             for name in names:
                 if environment:  # the child cannot start: the stages after it are not run either
