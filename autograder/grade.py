@@ -119,21 +119,19 @@ def describe_error(error: dict, submission: Path, stage: str | None = None) -> s
 
 def syntax_error_of(submission: Path, file: str) -> dict | None:
     """The error a stage file's import raises when its source does not parse (as the child would report it), read
-    here from the grader's snapshot: a stage whose own file does not parse keeps none of its points, even where its
-    module was already loaded in the child from somewhere else (another module can put one in sys.modules)."""
-    import ast
-    import warnings
+    here from the grader's snapshot (static_check.syntax_error, once per file): a stage whose own file does not
+    parse keeps none of its points, even where its module was already loaded in the child from somewhere else
+    (another module can put one in sys.modules)."""
+    from .sandbox.static_check import syntax_error
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(read_bytes(submission / file), filename=file)
-    except SyntaxError as e:
-        return {"type": type(e).__name__, "message": f"{e.msg} ({file}, line {e.lineno})", "file": file,
-                "line": e.lineno}
-    except (UnusableFile, ValueError):
+        found = syntax_error(read_bytes(submission / file), frozenset())
+    except UnusableFile:
         return None
-    return None
+    if found is None:
+        return None
+    msg, line = found
+    return {"type": "SyntaxError", "message": f"{msg} ({file}, line {line})", "file": file, "line": line}
 
 
 def refused_why(submission: Path, file: str) -> str | None:

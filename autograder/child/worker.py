@@ -58,14 +58,19 @@ def entry(exc: BaseException, sub_dir: str) -> dict | None:
 _HELD: dict = {}  # the grader's modules in this child, out of sys.modules once the child is ready (hide_the_grader)
 
 
+def _hold_the_grader() -> None:
+    """Move every module of the grader (autograder.*) from sys.modules into _HELD."""
+    for name in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
+        _HELD[name] = sys.modules.pop(name)
+
+
 def hide_the_grader() -> None:
     """Take the grader's own modules (autograder.*) out of sys.modules, holding them here, and leave an empty
     `__main__` (this file, or the fork server's, holds the drivers): a name in sys.modules, which the submission can
     reach through an allowed module (typing.sys.modules), no longer leads to the grader's code or its records."""
     import types
 
-    for name in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
-        _HELD[name] = sys.modules.pop(name)
+    _hold_the_grader()
     sys.modules["__main__"] = types.ModuleType("__main__")
 
 
@@ -78,8 +83,7 @@ def resolve(target: str, pkg: str):
             try:
                 importlib.import_module(name)
             finally:
-                for held in [n for n in sys.modules if n == "autograder" or n.startswith("autograder.")]:
-                    _HELD[held] = sys.modules.pop(held)
+                _hold_the_grader()
         return getattr(_HELD[name], func)
     return getattr(importlib.import_module(f"{pkg}.{module_name}"), func)
 

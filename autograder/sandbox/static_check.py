@@ -87,6 +87,22 @@ def _once_per_file(compute):
     return once
 
 
+@_once_per_file
+def syntax_error(source: bytes | str, own: set[str]) -> tuple[str, int | None] | None:
+    """(message, line) of the SyntaxError a file's import would raise, or None where it parses."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(source)
+    except SyntaxError as e:
+        return e.msg, e.lineno
+    except ValueError:  # null bytes: the import reports those itself
+        return None
+    return None
+
+
 def refusals(source: bytes | str, own: set[str]) -> list[Refusal]:
     """What in `source` the rule refuses (empty: the module may run). `own` names the submission's
     modules (importable by name or relatively). A file that does not parse is left to the grader, which
