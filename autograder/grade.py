@@ -130,8 +130,8 @@ def syntax_error_of(submission: Path, file: str) -> dict | None:
         return None
     if found is None:
         return None
-    msg, line = found
-    return {"type": "SyntaxError", "message": f"{msg} ({file}, line {line})", "file": file, "line": line}
+    kind, msg, line = found
+    return {"type": kind, "message": f"{msg} ({file}, line {line})", "file": file, "line": line}
 
 
 def refused_why(submission: Path, file: str) -> str | None:

@@ -88,8 +88,8 @@ def _once_per_file(compute):
 
 
 @_once_per_file
-def syntax_error(source: bytes | str, own: set[str]) -> tuple[str, int | None] | None:
-    """(message, line) of the SyntaxError a file's import would raise, or None where it parses."""
+def syntax_error(source: bytes | str, own: set[str]) -> tuple[str, str, int | None] | None:
+    """(type, message, line) of the SyntaxError a file's import would raise (or its IndentationError), or None where it parses."""
     import warnings
 
     try:
@@ -97,7 +97,7 @@ def syntax_error(source: bytes | str, own: set[str]) -> tuple[str, int | None] |
             warnings.simplefilter("ignore")
             ast.parse(source)
     except SyntaxError as e:
-        return e.msg, e.lineno
+        return type(e).__name__, e.msg, e.lineno
     except ValueError:  # null bytes: the import reports those itself
         return None
     return None
