@@ -32,11 +32,12 @@ class CausalSelfAttention(nn.Module):
         With a cache, x holds the next T tokens after the cache's `length`: their keys/values are
         appended first, then the T queries attend to all cached ones. Fed in pieces, token by token
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
-        with the cache length (only the new rows of scores are computed). The grader runs one step in a
-        process of its own, after filling the cache through `append` alone, and reads that process's
-        peak memory and CPU time from outside it: At 768 to 1,023 cached positions one decode step must
-        add far less memory than the scores of every pair of cached positions, and may take at most 0.15 s
-        more CPU time than the grader's own step on the same inputs.
+        with the cache length (only the new rows of scores are computed). The grader runs this in a
+        process of its own and reads its peak memory and CPU time from outside it: After a prefix of
+        762 to 1,016 tokens went through forward into the cache (in chunks of 16 to 32), 8 decode steps
+        of one token each must add far less memory than the scores of every pair of cached positions,
+        and may take at most 0.15 s more CPU time in all than the grader's own forward on the same
+        inputs (the prefix counts on both sides).
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

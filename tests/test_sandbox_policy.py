@@ -452,11 +452,11 @@ def test_a_quadratic_decode_step_done_a_few_rows_at_a_time_is_caught_by_its_cpu_
     res = grade(variant(tmp_path, {"module.py": [edit]}), stages=["kv_cache"])
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
-    assert "more than the grader's own step" in cost.message
+    assert "more than the grader's own forward" in cost.message
     assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
     ok = [r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks
           if r.check.name == "decode_step_cost_linear"][0]
-    assert ok.passed and "against the grader's own step" in ok.note, ok.note
+    assert ok.passed and "against the grader's own" in ok.note, ok.note
 
 
 def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):
@@ -629,6 +629,71 @@ def test_a_measured_call_right_only_where_the_small_checks_look_gains_nothing(tm
         assert scores["forger"][stage] <= scores["honest"][stage] < 14, scores
 
 
+FIRST_CALL = "    _CALLS.append(1)\n    if len(_CALLS) == 1:  # the process's first call: the real thing\n"
+
+
+def _first_call_only(tmp_path, name: str, file: str, start: str, end: str, rest: str):
+    """A copy of the solutions whose `file` keeps its lines from `start` to `end` for the process's first call only,
+    and runs `rest` on every later one (a module-level counter)."""
+    text = (SOLUTIONS / file).read_text()
+    i = text.index(start)
+    real = text[i : text.index(end, i) + len(end)]
+    sub = _replaced(tmp_path, name, file, start, end,
+                    FIRST_CALL + "".join("    " + line for line in real.splitlines(True)) + rest)
+    head = "import numpy as np\n" if file == "tiled.py" else "import torch.nn.functional as F\n"
+    (sub / file).write_text((sub / file).read_text().replace(head, head + "\n_CALLS = []\n", 1))
+    return sub
+
+
+@pytest.mark.parametrize("stage, file, start, end, rest", [
+    ("fused", "fused.py", "    T_q, T_k = q.shape[-2], k.shape[-2]\n",
+     "    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)\n",
+     "    T_q, T_k = q.shape[-2], k.shape[-2]\n" + HAND_FUSED),
+    ("tiled", "tiled.py", "    n_k, d_v = v.shape\n", "        out[i0:i1] = acc / l[:, None]\n    return out\n", HAND_TILED),
+], ids=["fused", "tiled"])
+def test_a_measured_call_right_only_on_its_process_first_call_gains_nothing(tmp_path, stage, file, start, end, rest):
+    """Left by a stranger attacker: a measuring child was fresh and made one call, so code fused (or tiled) only on
+    its process's first call, and unfused everywhere else, kept the memory check its honest twin loses. A measuring
+    child now makes 1 to 3 ordinary calls first (seeded.ordinary_sizes): the forger gets no more than the twin."""
+    honest = _replaced(tmp_path, "honest", file, start, end, rest)
+    forger = _first_call_only(tmp_path, "forger", file, start, end, rest)
+    scores = {name: grade(sub, stages=[stage]).stages[stage] for name, sub in (("honest", honest), ("forger", forger))}
+    lost = {name: [r.check.name for r in s.checks if not r.passed] for name, s in scores.items()}
+    assert scores["forger"].score <= scores["honest"].score < STAGE_POINTS[stage], lost
+    assert lost["forger"] == lost["honest"] != [], lost
+
+
+STAGE_POINTS = {"fused": 14, "tiled": 10}
+
+
+def test_a_decode_step_cheap_only_on_a_cache_it_did_not_fill_gains_nothing(tmp_path):
+    """Left by a stranger attacker: the measured decode step ran on a cache filled by `append` alone, so a forward
+    that redoes every pair of positions whenever it filled the cache itself (the way a model does) was cheap there
+    and only there (13 -> 16). The measured cache is now filled through the module's own forward, and 8 steps follow:
+    the forger scores what its honest twin (every step quadratic) scores, and the cost check names the mistake."""
+    append = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+    quadratic = ("                L, T = k.shape[-2], q.shape[-2]\n"
+                 "                qq = torch.cat([q.new_zeros(q.shape[0], self.n_heads, L - T, q.shape[-1]), q], -2)\n"
+                 "                y = torch.empty_like(qq)\n"
+                 "                pos = torch.arange(L)\n"
+                 "                for i in range(0, L, 16):  # every pair of positions, 16 rows at a time\n"
+                 "                    j = min(i + 16, L)\n"
+                 "                    sc = qq[..., i:j, :] @ k.transpose(-2, -1) / k.shape[-1] ** 0.5\n"
+                 "                    sc.masked_fill_(pos[None, :] > pos[i:j, None], float('-inf'))\n"
+                 "                    torch.matmul(sc.softmax(dim=-1), v, out=y[..., i:j, :])\n"
+                 "                return self.merge(y[..., L - T:, :])\n")
+    res = {}
+    for name, gate in (("honest", "x.shape[1] == 1"), ("forger", "mine and x.shape[1] == 1")):
+        edit = (append, "            seen = getattr(cache, 'mine', 0)\n            mine = seen == cache.length\n" + append
+                + f"            cache.mine = seen + x.shape[1]\n            if {gate}:\n" + quadratic)
+        res[name] = grade(variant(tmp_path / name, {"module.py": [edit]}), stages=["kv_cache"]).stages["kv_cache"]
+    for name, stage in res.items():
+        lost = [r for r in stage.checks if not r.passed]
+        assert [r.check.name for r in lost] == ["decode_step_cost_linear"], (name, [(r.check.name, r.message) for r in lost])
+        assert lost[0].diagnosis == "cache-quadratic-step", lost[0].message
+    assert res["forger"].score <= res["honest"].score == 13
+
+
 def test_softmax_borrowing_torch_through_another_stage_module_loses_the_library_check(tmp_path):
     """Found by a stranger attacker: `from .tiled import torch` in softmax.py kept the no-library check (11 -> 12):
     the imports of every stage module softmax.py loads count."""
@@ -665,4 +730,30 @@ def test_softmax_importing_torch_at_run_time_under_a_computed_name_loses_the_lib
         scores[name] = res.stages["softmax"].score
         if name == "forger":
             assert "loaded a library while it ran" in lost[0].message, lost[0].message
+    assert scores["forger"] <= scores["honest"] == 11, scores
+
+
+def test_softmax_borrowing_torch_only_after_its_process_first_call_loses_the_library_check(tmp_path):
+    """Left by a stranger attacker: the measuring child was fresh and made one call, so a softmax in numpy on its
+    process's first call, and torch (under a computed name) on every later one, kept the no-library check its twin
+    loses. The measuring child now makes 1 to 3 ordinary calls first: the forger gets no more than the twin."""
+    text = (SOLUTIONS / "softmax.py").read_text()
+    head, rest = text.split("    # BEGIN SOLUTION\n")
+    real = rest.split("    # END SOLUTION\n")[0]
+    late = ("    lib = typing.sys.modules['importlib'].import_module('to' + 'rch')\n"
+            "    s = np.asarray(scores, dtype=np.float64)\n"
+            "    if np.any(np.isneginf(np.max(s, axis=axis))):\n"
+            "        raise ValueError('a slice is all -inf')\n"
+            "    return lib.softmax(lib.from_numpy(np.ascontiguousarray(s)), dim=axis).numpy()\n")
+    first = "    _CALLS.append(1)\n    if len(_CALLS) == 1:  # the process's first call: numpy alone\n" + \
+        "".join("    " + line for line in real.splitlines(True))
+    for name, body in (("forger", first + late), ("honest", late)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "softmax.py").write_text("import typing\n_CALLS = []\n" + head + body)
+    scores = {}
+    for name in ("forger", "honest"):
+        stage = grade(tmp_path / name, stages=["softmax"]).stages["softmax"]
+        lost = [r.check.name for r in stage.checks if not r.passed]
+        assert lost == ["no_library_softmax"], (name, lost)
+        scores[name] = stage.score
     assert scores["forger"] <= scores["honest"] == 11, scores

@@ -141,43 +141,52 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     return torch.cat(outs, dim=1)
 
 
-def decode_memory_run(batch, n_heads, d_head, length, baseline=False, *, seed=0, pkg):
-    """One decode step (one new token) after `length` cached positions, in a fresh child that ends after it, so
-    the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure). The cache is filled
-    through `append` with the keys and values of seeded.decode_step (a prefill through forward would itself
-    build the scores of every position pair), then the student's forward runs once on the new token. For the
-    baseline, the grader's own step on the same inputs: the same torch operations, none of the submission.
-    Returns the step's output and the cache's length after it (the peak, measured outside, decides; the
-    output must be the right one, which the parent checks)."""
+def decode_memory_run(batch, n_heads, d_head, length, steps, baseline=False, *, seed=0, pkg):
+    """`steps` decode steps (one new token each) after `length` cached positions, in a fresh child that ends after
+    them, so the parent can read the child's peak memory and CPU time when it reaps it (sandbox.Worker.measure). The
+    cache is filled the way a model fills it, through the module's own forward, chunk by chunk
+    (seeded.prefill_chunks: a chunk's scores against the cache stay small), so no step is the process's first call
+    or runs on a cache the module did not fill itself. For the baseline, the grader's own forward on the same
+    inputs: the same torch operations, none of the submission. Returns the steps' outputs [B, steps, C] and the
+    cache's length after them (the peak and CPU time, measured outside, decide; the outputs must be the right ones,
+    which the parent checks)."""
     length = seeded.decode_length(length, seed)  # drawn from the grade's seed, the same in the baseline
-    qkv_w, out_w, k_old, v_old, x = (torch.as_tensor(a, dtype=torch.float32)
-                                     for a in seeded.decode_step(batch, n_heads, d_head, length, seed))
+    qkv_w, out_w, prefix, new = (torch.as_tensor(a) for a in seeded.decode_step(batch, n_heads, d_head, length,
+                                                                                steps, seed))
+    chunks = seeded.prefill_chunks(length, seed)
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
     with torch.no_grad():
-        if baseline:  # the layers a module holds are made too: their start is part of either step's CPU time
+        if baseline:  # the layers a module holds are made too: their start is part of either side's CPU time
             C = n_heads * d_head
             torch.nn.Linear(C, 3 * C, bias=False), torch.nn.Linear(C, C, bias=False)
-            return {"out": _decode_step_baseline(x, qkv_w, out_w, k_old, v_old, n_heads), "length": length + 1}
-        m = _build(pkg, x.shape[-1], n_heads, False, qkv_w, out_w)
-        cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + 1, d_head)
-        cache.append(k_old, v_old)
-        del k_old, v_old
-        out = m(x, cache)
-    return {"out": out, "length": int(getattr(cache, "length", -1))}
+            k_all = torch.zeros(batch, n_heads, length + steps, d_head)  # [B, H, max_len, D], allocated once
+            v_all = torch.zeros_like(k_all)
+            for start, t in zip(starts, chunks):
+                _baseline_forward(prefix[:, start : start + t], qkv_w, out_w, k_all, v_all, start, n_heads)
+            outs = [_baseline_forward(new[:, i : i + 1], qkv_w, out_w, k_all, v_all, length + i, n_heads)
+                    for i in range(steps)]
+            return {"out": torch.cat(outs, dim=1), "length": length + steps}
+        m = _build(pkg, new.shape[-1], n_heads, False, qkv_w, out_w)
+        cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + steps, d_head)
+        for start, t in zip(starts, chunks):
+            m(prefix[:, start : start + t], cache)
+        del prefix
+        outs = [m(new[:, i : i + 1], cache) for i in range(steps)]
+    return {"out": torch.cat(outs, dim=1), "length": int(getattr(cache, "length", -1))}
 
 
-def _decode_step_baseline(x, qkv_w, out_w, k_old, v_old, n_heads):
-    """A correct cached decode step, written by the grader: projections, one row of scores per head, softmax."""
-    B, _, C = x.shape
-    D = C // n_heads
-    k_all = torch.zeros(B, n_heads, k_old.shape[-2] + 1, D)  # [B, H, L + 1, D], preallocated as a cache is
-    v_all = torch.zeros_like(k_all)
-    k_all[:, :, :-1], v_all[:, :, :-1] = k_old, v_old
-    q, k, v = (t.view(B, 1, n_heads, D).transpose(1, 2) for t in F.linear(x, qkv_w).split(C, dim=-1))  # [B, H, 1, D]
-    k_all[:, :, -1:], v_all[:, :, -1:] = k, v
-    scores = q @ k_all.transpose(-2, -1) / D**0.5  # [B, H, 1, L + 1]
-    allowed = torch.ones(1, k_all.shape[-2], dtype=torch.bool).tril(diagonal=k_all.shape[-2] - 1)
-    y = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v_all  # [B, H, 1, D]
-    return F.linear(y.transpose(1, 2).reshape(B, 1, C), out_w)  # [B, 1, C]
+def _baseline_forward(x, qkv_w, out_w, k_all, v_all, start, n_heads):
+    """A correct cached forward of x [B, T, C] written by the grader: its keys and values go into k_all, v_all
+    [B, H, max_len, D] at [start, start + T), then T rows of scores per head over the L = start + T filled positions,
+    the causal mask aligned bottom-right, softmax, the output projection."""
+    B, T, C = x.shape
+    D, L = C // n_heads, start + T
+    q, k, v = (t.view(B, T, n_heads, D).transpose(1, 2) for t in F.linear(x, qkv_w).split(C, dim=-1))  # [B, H, T, D]
+    k_all[:, :, start:L], v_all[:, :, start:L] = k, v
+    scores = q @ k_all[:, :, :L].transpose(-2, -1) / D**0.5  # [B, H, T, L]
+    allowed = torch.ones(T, L, dtype=torch.bool).tril(diagonal=start)
+    y = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v_all[:, :, :L]  # [B, H, T, D]
+    return F.linear(y.transpose(1, 2).reshape(B, T, C), out_w)  # [B, T, C]
 
 
 def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -248,12 +257,16 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
 
 
 def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, pkg):
-    """One causal call at length T (B = H = 1) in a fresh child that ends after it, so the parent can read
-    the child's peak memory when it reaps it (sandbox.Worker.measure): the student's fused_attention, or,
-    for the baseline, F.scaled_dot_product_attention itself, on seeded.attention_inputs. Returns the output (the
-    parent checks rows of it that it picks afterwards), its shape and the SDPA calls seen (which only name the
-    mistake: the peak, measured outside, decides)."""
+    """One causal call at length T (B = H = 1), after 1 to 3 ordinary ones of 8 to 64 tokens (seeded.ordinary_sizes),
+    in a fresh child that ends after it, so the parent can read the child's peak memory when it reaps it
+    (sandbox.Worker.measure): the student's fused_attention, or, for the baseline,
+    F.scaled_dot_product_attention itself, on seeded.attention_inputs. Returns the output (the parent checks
+    rows of it that it picks afterwards), its shape and the SDPA calls seen (which only name the mistake: the
+    peak, measured outside, decides)."""
     fa = _sdpa_causal if baseline else _mod(pkg, "fused").fused_attention
+    with torch.no_grad():  # ordinary calls first: the measured one is never the process's first
+        for n in seeded.ordinary_sizes(8, 64, seed):
+            fa(*(torch.from_numpy(a).view(1, 1, n, d_head) for a in seeded.attention_inputs(n, d_head, seed)), causal=True)
     q, k, v = (torch.from_numpy(a).view(1, 1, T, d_head) for a in seeded.attention_inputs(T, d_head, seed))
     with _SdpaSpy() as spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
@@ -262,18 +275,23 @@ def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, pkg):
 
 
 def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, pkg):
-    """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1) in a fresh child that
-    ends after it, so the parent can read the child's peak memory (sandbox.Worker.measure); for the baseline,
-    the same projections around F.scaled_dot_product_attention itself, none of the submission. Returns the
-    output (checked by the parent at rows it picks afterwards), its shape and the SDPA calls seen (which only name
-    the mistake: the peak, measured outside, decides)."""
+    """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1), after 1 to 3 ordinary
+    ones of 8 to 64 tokens, in a fresh child that ends after it, so the parent can read the child's peak memory
+    (sandbox.Worker.measure); for the baseline, the same projections around F.scaled_dot_product_attention
+    itself, none of the submission. Returns the output (checked by the parent at rows it picks afterwards), its
+    shape and the SDPA calls seen (which only name the mistake: the peak, measured outside, decides)."""
     x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, d_model, seed))
+
+    def forward(x):  # [1, T, C] -> [1, T, C]
+        q, k, v = (t.unsqueeze(1) for t in F.linear(x, qkv_w).split(d_model, dim=-1))  # [1, 1, T, C]
+        return F.linear(_sdpa_causal(q, k, v).squeeze(1), out_w)  # [1, T, C]
+
+    with torch.no_grad():
+        m = forward if baseline else _build(pkg, d_model, 1, True, qkv_w, out_w)
+        for n in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
+            m(x[:, :n])
     with _SdpaSpy() as spy, torch.no_grad():
-        if baseline:
-            q, k, v = (t.unsqueeze(1) for t in F.linear(x, qkv_w).split(d_model, dim=-1))  # [1, 1, T, C]
-            out = F.linear(_sdpa_causal(q, k, v).squeeze(1), out_w)  # [1, T, C]
-        else:
-            out = _build(pkg, d_model, 1, True, qkv_w, out_w)(x)
+        out = m(x)
     shape = list(out.shape) if hasattr(out, "shape") else None
     return {"calls": spy.calls, "shape": shape, "out": None if baseline or shape != [1, T, d_model] else out}
 

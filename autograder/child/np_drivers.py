@@ -19,26 +19,33 @@ def dropout_probe(weights, p, seed, training, *, pkg):
 
 
 def softmax_memory_run(rows, n, baseline=False, *, seed=0, pkg):
-    """One softmax call on scores [rows, n] drawn from the grade's seed, in a fresh child whose peak memory the parent
-    reads when it reaps it; for the baseline, the same inputs and no call. A numpy softmax of a few thousand numbers
-    adds next to nothing; one that loads a library while it runs (torch, ~190 MiB) shows in the peak. Returns
-    {"shape", "out"}: the parent checks the output too, so the measured call must be a softmax."""
+    """One softmax call on scores [rows, n] drawn from the grade's seed, after 1 to 3 ordinary small ones, in a fresh
+    child whose peak memory the parent reads when it reaps it; for the baseline, the same inputs and no call. A
+    numpy softmax of a few thousand numbers adds next to nothing; one that loads a library while it runs (torch,
+    ~190 MiB) shows in the peak. Returns {"shape", "out"}: the parent checks the output too, so the measured
+    call must be a softmax."""
     scores = seeded.scores(rows, n, seed)
     if baseline:
         return {"shape": [rows, n], "out": None}
-    out = _mod(pkg, "softmax").softmax(scores)
+    softmax = _mod(pkg, "softmax").softmax
+    for m in seeded.ordinary_sizes(2, 16, seed):  # ordinary calls first: the measured one is never the first
+        softmax(seeded.scores(m, m, seed))
+    out = softmax(scores)
     shape = list(np.shape(out))
     return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [rows, n] else None}
 
 
 def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, pkg):
-    """One causal tiled call at n = n_q = n_k in a fresh child that ends after it, so the parent can read the
-    child's peak memory when it reaps it (sandbox.Worker.measure); for the baseline, the same inputs and no
-    call. Returns {"shape", "out"}: the output, which the parent checks at rows it picks afterwards (the peak,
-    measured outside, decides the memory)."""
+    """One causal tiled call at n = n_q = n_k, after 1 to 3 ordinary ones of 8 to 64 rows, in a fresh child that ends
+    after it, so the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure); for the
+    baseline, the same inputs and no call. Returns {"shape", "out"}: the output, which the parent checks at rows
+    it picks afterwards (the peak, measured outside, decides the memory)."""
     q, k, v = seeded.attention_inputs(n, d, seed, np.float64)
     if baseline:
         return {"shape": [n, d], "out": None}
-    out = _mod(pkg, "tiled").tiled_attention(q, k, v, True, block, block)
+    tiled = _mod(pkg, "tiled").tiled_attention
+    for m in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
+        tiled(*(a[:m] for a in (q, k, v)), True, block, block)
+    out = tiled(q, k, v, True, block, block)
     shape = list(np.shape(out))
     return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [n, d] else None}

@@ -3,10 +3,10 @@ torch: the parent imports this module too). Drawn from a seed, so nothing this l
 import numpy as np
 
 
-def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 0) -> tuple:
-    """One measured decode step's arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the
-    cached keys and values [B, H, L, D] and the new token x [B, 1, C], float32 (what the child's tensors hold:
-    torch takes them without a copy, so a measuring child draws half the bytes and copies none)."""
+def decode_step(batch: int, n_heads: int, d_head: int, length: int, steps: int, seed: int = 0) -> tuple:
+    """The measured decode steps' arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the prefix
+    x [B, L, C] whose keys and values fill the cache through the module's own forward, and the new tokens
+    x [B, steps, C], fed one at a time, float32 (what the child's tensors hold: torch takes them without a copy)."""
     C = n_heads * d_head
     source = np.random.default_rng(seed)
 
@@ -14,8 +14,24 @@ def decode_step(batch: int, n_heads: int, d_head: int, length: int, seed: int = 
         return source.standard_normal(shape, dtype=np.float32)
 
     qkv_w, out_w = draw((3 * C, C)) / np.float32(C**0.5), draw((C, C)) / np.float32(C**0.5)
-    k_old, v_old = (draw((batch, n_heads, length, d_head)) for _ in range(2))
-    return qkv_w, out_w, k_old, v_old, draw((batch, 1, C))
+    return qkv_w, out_w, draw((batch, length, C)), draw((batch, steps, C))
+
+
+def prefill_chunks(length: int, seed: int = 0) -> list[int]:
+    """How the measured step's prefix goes through forward: chunks of 16 to 32 tokens (the last one what is left),
+    drawn from the grade's seed. Small enough that a chunk's scores against the whole cache stay small."""
+    source, chunks = np.random.default_rng([seed, 64]), []
+    while (left := length - sum(chunks)) > 0:
+        chunks.append(min(left, int(source.integers(16, 33))))
+    return chunks
+
+
+def ordinary_sizes(low: int, high: int, seed: int = 0) -> list[int]:
+    """The sizes of the 1 to 3 ordinary calls a measuring child makes before its measured call, drawn from the grade's
+    seed between `low` and `high`: the measured call is never the process's first, so code right only on its
+    first call is measured where it is wrong."""
+    source = np.random.default_rng([seed, low, high])
+    return [int(n) for n in source.integers(low, high + 1, size=int(source.integers(1, 4)))]
 
 
 def scores(rows: int, n: int, seed: int = 0) -> np.ndarray:
@@ -41,6 +57,7 @@ def module_inputs(n: int, d_model: int, seed: int = 0) -> tuple:
 
 
 def decode_length(longest: int, seed: int) -> int:
-    """How many cached positions the measured decode step has: drawn from the grade's seed between 3/4 of `longest`
-    and `longest` (768 to 1,023), so a step cannot be cheap at one known length alone (secret on Gradescope)."""
+    """How many positions the measured decode steps find in the cache: drawn from the grade's seed between 3/4 of
+    `longest` and `longest` (762 to 1,016), so a step cannot be cheap at one known length alone (secret on
+    Gradescope)."""
     return longest - int(np.random.default_rng([seed, 1023]).integers(0, longest // 4 + 1))

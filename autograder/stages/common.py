@@ -217,6 +217,8 @@ def _beside_baseline(api, name: str, seed: int) -> tuple:
     if base.ident is not None:
         _save_baseline(key, _BASELINE.get(key))
     base_peak = _BASELINE.get(key)
+    if timed:  # its baseline ran beside it, on the same inputs (a length drawn from the same seed): that one's peak
+        base_peak = box["value"][1] if "value" in box else None
     base_cpu = box["value"][2] if "value" in box else None
     return value, None if peak is None or base_peak is None else peak - base_peak, cpu, base_cpu
 

@@ -14,10 +14,10 @@ from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
 ASK = 'After one call of forward with the cache, how many positions does it hold, and which?'
-DECODE_SIZES = (4, 16, 16, 1023)  # batch, heads, d_head, cached positions: 1,024 with the new token
-CPU_OVER_S = 0.15  # the most CPU time one step may take over the grader's own step on the same inputs (a correct
-# step: a few hundredths of a second either way, filling the cache included; every pair redone, even a few rows at a
-# time with little memory: a second or more)
+DECODE_SIZES = (4, 16, 16, 1016, 8)  # batch, heads, d_head, most cached positions, steps: 1,024 at most in all
+CPU_OVER_S = 0.15  # the most CPU time the steps may take over the grader's own on the same inputs (correct steps:
+# a few hundredths of a second either way, filling the cache included; every pair redone at each step, even a few
+# rows at a time with little memory: half a second or more)
 STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
     reread='B "What it costs as the sequence grows"',
@@ -188,16 +188,20 @@ def decode_float64(api, ctx):
 
 
 
-def decode_step_expected(qkv_w, out_w, k_old, v_old, x) -> np.ndarray:
-    """What one decode step must return (seeded.decode_step's arrays): the new token's q, k, v, its k and v
-    after the cached ones, one row of scores per head over all of them, then the output projection."""
-    B, H, L, D = k_old.shape
-    q, k, v = (t.reshape(B, 1, H, D).transpose(0, 2, 1, 3) for t in np.split(x @ qkv_w.T, 3, axis=-1))
-    k_all, v_all = np.concatenate([k_old, k], axis=2), np.concatenate([v_old, v], axis=2)  # [B, H, L + 1, D]
-    scores = q @ k_all.swapaxes(-2, -1) / np.sqrt(D)  # [B, H, 1, L + 1]
+def decode_step_expected(qkv_w, out_w, prefix, new) -> np.ndarray:
+    """What the decode steps must return after the prefix [B, L, C] went through forward (seeded.decode_step's
+    arrays): for each new token [B, S, C], its query against the keys and values of the prefix and of the new tokens
+    up to itself, one row of scores per head, then the output projection. [B, S, C]"""
+    B, L, C = prefix.shape
+    S, H = new.shape[1], DECODE_SIZES[1]
+    D = C // H
+    heads = lambda t: t.reshape(B, -1, H, D).transpose(0, 2, 1, 3)  # noqa: E731 - [B, T, C] -> [B, H, T, D]
+    q, k, v = (heads(t) for t in np.split(np.concatenate([prefix, new], axis=1) @ qkv_w.T, 3, axis=-1))  # [B, H, L + S, D]
+    scores = q[:, :, L:] @ k.swapaxes(-2, -1) / np.sqrt(D)  # [B, H, S, L + S]
+    scores = np.where(np.arange(L + S)[None, :] <= L + np.arange(S)[:, None], scores, -np.inf)  # bottom-right causal
     w = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    y = (w / w.sum(axis=-1, keepdims=True)) @ v_all  # [B, H, 1, D]
-    return y.transpose(0, 2, 1, 3).reshape(B, 1, H * D) @ out_w.T  # [B, 1, C]
+    y = (w / w.sum(axis=-1, keepdims=True)) @ v  # [B, H, S, D]
+    return y.transpose(0, 2, 1, 3).reshape(B, S, C) @ out_w.T  # [B, S, C]
 
 
 @functools.lru_cache(maxsize=4)
@@ -210,28 +214,29 @@ def expected_step(sizes: tuple, seed: int = 0) -> np.ndarray:
 
 
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
-              rule="At 768 to 1,023 cached positions one decode step must add far less memory than the scores of "
-                   "every pair of cached positions, and may take at most 0.15 s more CPU time than the grader's own "
-                   "step on the same inputs.")
+              rule="After a prefix of 762 to 1,016 tokens went through forward into the cache (in chunks of 16 to 32), "
+                   "8 decode steps of one token each must add far less memory than the scores of every pair of "
+                   "cached positions, and may take at most 0.15 s more CPU time in all than the grader's own "
+                   "forward on the same inputs (the prefix counts on both sides).")
 def decode_step_cost_linear(api, ctx):
-    """one decode step after 768 to 1,023 cached positions adds far less memory than the [B, H, L, L] scores, takes
-    about the CPU time of the grader's own step (both as the kernel counted them, read by the grader)"""
-    B, H, D, longest = DECODE_SIZES
+    """8 decode steps after 762 to 1,016 cached positions add far less memory than the [B, H, L, L] scores and take
+    about the CPU time of the grader's own steps (both as the kernel counted them, read by the grader)"""
+    B, H, D, longest, S = DECODE_SIZES
     L = seeded.decode_length(longest, ctx.seed)  # drawn from the grade's seed: the same in the child that measures
     r, extra, cpu, base_cpu = timed_over_baseline(api, "decode_memory_run", ctx.seed)
-    if r["length"] != L + 1:
-        raise Fail(f"after {L} positions appended to a KVCache of max_len {L + 1}, one decode step left its "
-                   f"length at {r['length']}; expected {L + 1}")
-    check_close(np.asarray(r["out"]), expected_step((B, H, D, L), ctx.seed),
-                f"one decode step (x [{B}, 1, {H * D}]) after {L} random keys and values appended to the cache",
-                inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
-    pairs = B * H * (L + 1) ** 2 * 4  # float32 scores of every (query, key) pair of the cached positions
-    row = B * H * (L + 1) * 4  # the new token's row of them
+    if r["length"] != L + S:
+        raise Fail(f"after {L} positions went through forward into a KVCache of max_len {L + S}, and {S} decode steps, "
+                   f"its length is {r['length']}; expected {L + S}")
+    check_close(np.asarray(r["out"]), expected_step((B, H, D, L, S), ctx.seed),
+                f"{S} decode steps (x [{B}, 1, {H * D}] each) after a random prefix of {L} tokens went through "
+                f"forward into the cache", inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
+    pairs = B * H * (L + S) ** 2 * 4  # float32 scores of every (query, key) pair of the cached positions
+    row = B * H * (L + S) * 4  # a new token's row of them
     if extra is not None and extra > pairs / 4:
-        raise diagnosed("cache-quadratic-step", f"one decode step after {L} cached positions (B={B}, H={H}) raised "
-                        f"peak memory by {extra / 2**20:.0f} MiB over a correct step; the scores of every pair of "
-                        f"positions are {pairs / 2**20:.0f} MiB, the new token's row of them {row / 2**10:.0f} KiB. "
-                        "The step redoes work for every cached position pair: compute only the new rows of scores")
+        raise diagnosed("cache-quadratic-step", f"{S} decode steps after {L} cached positions (B={B}, H={H}) raised "
+                        f"peak memory by {extra / 2**20:.0f} MiB over correct ones; the scores of every pair of "
+                        f"positions are {pairs / 2**20:.0f} MiB, a new token's row of them {row / 2**10:.0f} KiB. "
+                        "A step redoes work for every cached position pair: compute only the new rows of scores")
     over = None if cpu is None or base_cpu is None else cpu - base_cpu  # filling the cache included, in both
     if over is not None and over > CPU_OVER_S:  # measured once more before it costs points: each side's least counts
         _, _, cpu_again, base_again = timed_over_baseline(api, "decode_memory_run", ctx.seed)
@@ -239,17 +244,17 @@ def decode_step_cost_linear(api, ctx):
             cpu, base_cpu = min(cpu, cpu_again), min(base_cpu, base_again)
             over = cpu - base_cpu
     if over is not None and over > CPU_OVER_S:
-        raise diagnosed("cache-quadratic-step", f"one decode step after {L} cached positions (B={B}, H={H}) took "
-                        f"{cpu:.2f} s of CPU time, {over:.2f} s more than the grader's own step on the same inputs "
-                        f"(filling the cache included, in both); a step whose work grows linearly with the cache "
-                        f"takes about as long, one that redoes every pair of positions (even a few rows at a time) "
-                        f"tenths of a second more or worse. Compute only the new rows of scores")
-    said = "" if over is None else f"; its CPU time {over * 1000:+.0f} ms against the grader's own step"
+        raise diagnosed("cache-quadratic-step", f"{S} decode steps after {L} cached positions (B={B}, H={H}) took "
+                        f"{cpu:.2f} s of CPU time, {over:.2f} s more than the grader's own forward on the same inputs "
+                        f"(filling the cache through forward included, in both); steps whose work grows linearly "
+                        f"with the cache take about as long, ones that redo every pair of positions (even a few rows "
+                        f"at a time) half a second more or worse. Compute only the new rows of scores")
+    said = "" if over is None else f"; their CPU time {over * 1000:+.0f} ms against the grader's own"
     if extra is None:
-        return f"memory of one decode step at {L} cached positions: not measured (this system does not report a " \
+        return f"memory of {S} decode steps at {L} cached positions: not measured (this system does not report a " \
                f"process's peak){said}"
-    return (f"cost of one decode step at {L} cached positions: {max(extra, 0) / 2**20:.1f} MiB of peak memory over a "
-            f"correct step; recomputing the scores of every pair instead needs {pairs / 2**20:.0f} MiB{said}")
+    return (f"cost of {S} decode steps at {L} cached positions: {max(extra, 0) / 2**20:.1f} MiB of peak memory over "
+            f"correct ones; recomputing the scores of every pair instead needs {pairs / 2**20:.0f} MiB{said}")
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
