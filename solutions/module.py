@@ -37,11 +37,11 @@ class CausalSelfAttention(nn.Module):
         appended first, then the T queries attend to all cached ones. Fed in pieces, token by token
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed). The grader runs this in a
-        process of its own and reads its peak memory and CPU time from outside it: After a prefix of
-        762 to 1,016 tokens went through forward into the cache (in chunks of 16 to 32), 8 decode steps
-        of one token each must add far less memory than the scores of every pair of cached positions,
-        and may take at most 0.15 s more CPU time in all than the grader's own forward on the same
-        inputs (the prefix counts on both sides).
+        process of its own and reads its peak memory and CPU time from outside it: With 762 to 1,016
+        positions in the cache (appended in one call, after 1 to 3 ordinary forwards of 8 to 64
+        tokens), 8 decode steps of one token each must add far less memory than the scores of every
+        pair of cached positions, and may take at most 0.3 s more CPU time in all than the grader's
+        own forward on the same inputs.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

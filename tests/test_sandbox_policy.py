@@ -452,7 +452,10 @@ def test_a_quadratic_decode_step_done_a_few_rows_at_a_time_is_caught_by_its_cpu_
     res = grade(variant(tmp_path, {"module.py": [edit]}), stages=["kv_cache"])
     cost = [r for r in res.stages["kv_cache"].checks if r.check.name == "decode_step_cost_linear"][0]
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
-    assert "more than the grader's own forward" in cost.message
+    # row by row holds one row of scores at a time: only its CPU time shows it; 16 rows at a time, repeated, may
+    # also show in the peak (tens of MiB over a correct step), which is checked first
+    assert "more than the grader's own forward" in cost.message or (edit is PADDED and "raised peak memory by"
+                                                                     in cost.message), cost.message
     assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
     ok = [r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks
           if r.check.name == "decode_step_cost_linear"][0]
@@ -666,32 +669,33 @@ def test_a_measured_call_right_only_on_its_process_first_call_gains_nothing(tmp_
 STAGE_POINTS = {"fused": 14, "tiled": 10}
 
 
-def test_a_decode_step_cheap_only_on_a_cache_it_did_not_fill_gains_nothing(tmp_path):
-    """Left by a stranger attacker: the measured decode step ran on a cache filled by `append` alone, so a forward
-    that redoes every pair of positions whenever it filled the cache itself (the way a model does) was cheap there
-    and only there (13 -> 16). The measured cache is now filled through the module's own forward, and 8 steps follow:
-    the forger scores what its honest twin (every step quadratic) scores, and the cost check names the mistake."""
+def test_a_correct_decode_looping_over_batch_and_heads_in_python_keeps_the_cost_check(tmp_path):
+    """Found by a stranger student: a correct textbook module (a Python loop over batch and heads, float64 scores,
+    the cache's views cloned) lost the decode cost check, diagnosed as quadratic, when the measured cache was filled
+    through forward in ~40 chunks: each chunk's call overhead counted (+0.29 to +0.57 s). The cache is filled by one
+    append and only the 8 steps (and 1 to 3 ordinary forwards) are timed: its steps are linear and it keeps 16/16."""
+    start = "        T, T_k = q.shape[-2], k.shape[-2]\n"
+    end = "        return scores.softmax(dim=-1) @ v  # [B, H, T, T_k] @ [B, H, T_k, D] -> [B, H, T, D]\n"
+    loop = ("        B, H, T, D = q.shape\n"
+            "        T_k = k.shape[-2]\n"
+            "        out = torch.empty_like(q)\n"
+            "        allowed = torch.arange(T_k)[None, :] <= torch.arange(T_k - T, T_k)[:, None]\n"
+            "        for b in range(B):\n"
+            "            for h in range(H):\n"
+            "                s = (q[b, h].double() @ k[b, h].double().T) / D ** 0.5\n"
+            "                s = s.masked_fill(~allowed, float('-inf'))\n"
+            "                w = torch.exp(s - s.max(dim=-1, keepdim=True).values)\n"
+            "                out[b, h] = ((w / w.sum(dim=-1, keepdim=True)) @ v[b, h].double()).to(q.dtype)\n"
+            "        return out\n")
     append = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
-    quadratic = ("                L, T = k.shape[-2], q.shape[-2]\n"
-                 "                qq = torch.cat([q.new_zeros(q.shape[0], self.n_heads, L - T, q.shape[-1]), q], -2)\n"
-                 "                y = torch.empty_like(qq)\n"
-                 "                pos = torch.arange(L)\n"
-                 "                for i in range(0, L, 16):  # every pair of positions, 16 rows at a time\n"
-                 "                    j = min(i + 16, L)\n"
-                 "                    sc = qq[..., i:j, :] @ k.transpose(-2, -1) / k.shape[-1] ** 0.5\n"
-                 "                    sc.masked_fill_(pos[None, :] > pos[i:j, None], float('-inf'))\n"
-                 "                    torch.matmul(sc.softmax(dim=-1), v, out=y[..., i:j, :])\n"
-                 "                return self.merge(y[..., L - T:, :])\n")
-    res = {}
-    for name, gate in (("honest", "x.shape[1] == 1"), ("forger", "mine and x.shape[1] == 1")):
-        edit = (append, "            seen = getattr(cache, 'mine', 0)\n            mine = seen == cache.length\n" + append
-                + f"            cache.mine = seen + x.shape[1]\n            if {gate}:\n" + quadratic)
-        res[name] = grade(variant(tmp_path / name, {"module.py": [edit]}), stages=["kv_cache"]).stages["kv_cache"]
-    for name, stage in res.items():
-        lost = [r for r in stage.checks if not r.passed]
-        assert [r.check.name for r in lost] == ["decode_step_cost_linear"], (name, [(r.check.name, r.message) for r in lost])
-        assert lost[0].diagnosis == "cache-quadratic-step", lost[0].message
-    assert res["forger"].score <= res["honest"].score == 13
+    sub = _replaced(tmp_path, "loops", "module.py", start, end, loop)
+    text = (sub / "module.py").read_text()
+    (sub / "module.py").write_text(text.replace(append, append + "            k, v = k.clone(), v.clone()\n"))
+    for seed in (0, 1):
+        stage = grade(sub, stages=["kv_cache"], seed=seed).stages["kv_cache"]
+        cost = [r for r in stage.checks if r.check.name == "decode_step_cost_linear"][0]
+        assert cost.passed, (seed, cost.message)
+        assert stage.score == 16, (seed, [(r.check.name, r.message) for r in stage.checks if not r.passed])
 
 
 def test_softmax_borrowing_torch_through_another_stage_module_loses_the_library_check(tmp_path):

@@ -143,34 +143,39 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
 
 def decode_memory_run(batch, n_heads, d_head, length, steps, baseline=False, *, seed=0, pkg):
     """`steps` decode steps (one new token each) after `length` cached positions, in a fresh child that ends after
-    them, so the parent can read the child's peak memory and CPU time when it reaps it (sandbox.Worker.measure). The
-    cache is filled the way a model fills it, through the module's own forward, chunk by chunk
-    (seeded.prefill_chunks: a chunk's scores against the cache stay small), so no step is the process's first call
-    or runs on a cache the module did not fill itself. For the baseline, the grader's own forward on the same
-    inputs: the same torch operations, none of the submission. Returns the steps' outputs [B, steps, C] and the
-    cache's length after them (the peak and CPU time, measured outside, decide; the outputs must be the right ones,
-    which the parent checks)."""
+    them, so the parent can read the child's peak memory and CPU time when it reaps it (sandbox.Worker.measure).
+    First 1 to 3 ordinary forwards without a cache (seeded.ordinary_sizes: no step is the process's first call);
+    then the prefix's keys and values, projected by the grader, go into the cache through one `append` (a prefill
+    through the module's own forward would put its per-call costs, not the steps', in the count); then the steps.
+    For the baseline, the grader's own forward on the same inputs: the same torch operations, none of the
+    submission. Returns the steps' outputs [B, steps, C] and the cache's length after them (the peak and CPU time,
+    measured outside, decide; the outputs must be the right ones, which the parent checks)."""
     length = seeded.decode_length(length, seed)  # drawn from the grade's seed, the same in the baseline
     qkv_w, out_w, prefix, new = (torch.as_tensor(a) for a in seeded.decode_step(batch, n_heads, d_head, length,
                                                                                 steps, seed))
-    chunks = seeded.prefill_chunks(length, seed)
-    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    C = n_heads * d_head
     with torch.no_grad():
+        _, k_old, v_old = (t.view(batch, length, n_heads, d_head).transpose(1, 2)
+                           for t in F.linear(prefix, qkv_w).split(C, dim=-1))  # [B, H, L, D] each
+        ordinary = [prefix[:, :n].clone() for n in seeded.ordinary_sizes(8, 64, seed)]  # [B, n, C] each
+        del prefix
         if baseline:  # the layers a module holds are made too: their start is part of either side's CPU time
-            C = n_heads * d_head
             torch.nn.Linear(C, 3 * C, bias=False), torch.nn.Linear(C, C, bias=False)
+            for x in ordinary:
+                scratch = torch.zeros(batch, n_heads, x.shape[1], d_head)  # [B, H, n, D]
+                _baseline_forward(x, qkv_w, out_w, scratch, torch.zeros_like(scratch), 0, n_heads)
             k_all = torch.zeros(batch, n_heads, length + steps, d_head)  # [B, H, max_len, D], allocated once
             v_all = torch.zeros_like(k_all)
-            for start, t in zip(starts, chunks):
-                _baseline_forward(prefix[:, start : start + t], qkv_w, out_w, k_all, v_all, start, n_heads)
+            k_all[:, :, :length], v_all[:, :, :length] = k_old, v_old
             outs = [_baseline_forward(new[:, i : i + 1], qkv_w, out_w, k_all, v_all, length + i, n_heads)
                     for i in range(steps)]
             return {"out": torch.cat(outs, dim=1), "length": length + steps}
-        m = _build(pkg, new.shape[-1], n_heads, False, qkv_w, out_w)
+        m = _build(pkg, C, n_heads, False, qkv_w, out_w)
+        for x in ordinary:  # ordinary calls first: no step is the process's first
+            m(x)
         cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + steps, d_head)
-        for start, t in zip(starts, chunks):
-            m(prefix[:, start : start + t], cache)
-        del prefix
+        cache.append(k_old.contiguous(), v_old.contiguous())
+        del k_old, v_old
         outs = [m(new[:, i : i + 1], cache) for i in range(steps)]
     return {"out": torch.cat(outs, dim=1), "length": int(getattr(cache, "length", -1))}
 

@@ -5,7 +5,7 @@ import numpy as np
 
 def decode_step(batch: int, n_heads: int, d_head: int, length: int, steps: int, seed: int = 0) -> tuple:
     """The measured decode steps' arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the prefix
-    x [B, L, C] whose keys and values fill the cache through the module's own forward, and the new tokens
+    x [B, L, C] whose keys and values (the grader projects them) fill the cache, and the new tokens
     x [B, steps, C], fed one at a time, float32 (what the child's tensors hold: torch takes them without a copy)."""
     C = n_heads * d_head
     source = np.random.default_rng(seed)
@@ -15,15 +15,6 @@ def decode_step(batch: int, n_heads: int, d_head: int, length: int, steps: int, 
 
     qkv_w, out_w = draw((3 * C, C)) / np.float32(C**0.5), draw((C, C)) / np.float32(C**0.5)
     return qkv_w, out_w, draw((batch, length, C)), draw((batch, steps, C))
-
-
-def prefill_chunks(length: int, seed: int = 0) -> list[int]:
-    """How the measured step's prefix goes through forward: chunks of 16 to 32 tokens (the last one what is left),
-    drawn from the grade's seed. Small enough that a chunk's scores against the whole cache stay small."""
-    source, chunks = np.random.default_rng([seed, 64]), []
-    while (left := length - sum(chunks)) > 0:
-        chunks.append(min(left, int(source.integers(16, 33))))
-    return chunks
 
 
 def ordinary_sizes(low: int, high: int, seed: int = 0) -> list[int]:

@@ -114,8 +114,8 @@ your cache.
 - {REFERENCE_RULE}. float32 inputs are fine; compute in any float dtype.
 - Properties any correct attention has: weights that sum to 1, masked weights exactly 0, the future
   never changing the past, decoding with a cache equal to the full forward.
-- Costs: the CPU time and peak memory of KV-cache decode steps on a cache your forward filled
-  (they must grow linearly with the cache), and the peak memory of the fused call at T = 8192 and of
+- Costs: the CPU time and peak memory of KV-cache decode steps (they must grow linearly with the
+  cache), and the peak memory of the fused call at T = 8192 and of
   the tiled bonus stage at n = 4096 (no T x T matrix), which the grader reads from outside the
   process running your code, after a few ordinary calls of your code. The docstrings say which.
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises. They are read
