@@ -632,6 +632,7 @@ def test_a_measured_call_right_only_where_the_small_checks_look_gains_nothing(tm
         assert scores["forger"][stage] <= scores["honest"][stage] < 14, scores
 
 
+STAGE_POINTS = {"fused": 14, "tiled": 10}
 FIRST_CALL = "    _CALLS.append(1)\n    if len(_CALLS) == 1:  # the process's first call: the real thing\n"
 
 
@@ -665,8 +666,6 @@ def test_a_measured_call_right_only_on_its_process_first_call_gains_nothing(tmp_
     assert scores["forger"].score <= scores["honest"].score < STAGE_POINTS[stage], lost
     assert lost["forger"] == lost["honest"] != [], lost
 
-
-STAGE_POINTS = {"fused": 14, "tiled": 10}
 
 
 def test_a_correct_decode_looping_over_batch_and_heads_in_python_keeps_the_cost_check(tmp_path):

@@ -155,8 +155,8 @@ def decode_memory_run(batch, n_heads, d_head, length, steps, baseline=False, *, 
                                                                                 steps, seed))
     C = n_heads * d_head
     with torch.no_grad():
-        _, k_old, v_old = (t.view(batch, length, n_heads, d_head).transpose(1, 2)
-                           for t in F.linear(prefix, qkv_w).split(C, dim=-1))  # [B, H, L, D] each
+        k_old, v_old = (t.view(batch, length, n_heads, d_head).transpose(1, 2)
+                        for t in F.linear(prefix, qkv_w[C:]).split(C, dim=-1))  # [B, H, L, D] each: no queries
         ordinary = [prefix[:, :n].clone() for n in seeded.ordinary_sizes(8, 64, seed)]  # [B, n, C] each
         del prefix
         if baseline:  # the layers a module holds are made too: their start is part of either side's CPU time

@@ -189,15 +189,16 @@ def decode_float64(api, ctx):
 
 
 def decode_step_expected(qkv_w, out_w, prefix, new) -> np.ndarray:
-    """What the decode steps must return after the prefix [B, L, C] went through forward (seeded.decode_step's
-    arrays): for each new token [B, S, C], its query against the keys and values of the prefix and of the new tokens
-    up to itself, one row of scores per head, then the output projection. [B, S, C]"""
+    """What the decode steps must return once the keys and values of the prefix [B, L, C] are in the cache
+    (seeded.decode_step's arrays): for each new token [B, S, C], its query against the keys and values of the prefix
+    and of the new tokens up to itself, one row of scores per head, then the output projection. [B, S, C]"""
     B, L, C = prefix.shape
     S, H = new.shape[1], DECODE_SIZES[1]
     D = C // H
     heads = lambda t: t.reshape(B, -1, H, D).transpose(0, 2, 1, 3)  # noqa: E731 - [B, T, C] -> [B, H, T, D]
-    q, k, v = (heads(t) for t in np.split(np.concatenate([prefix, new], axis=1) @ qkv_w.T, 3, axis=-1))  # [B, H, L + S, D]
-    scores = q[:, :, L:] @ k.swapaxes(-2, -1) / np.sqrt(D)  # [B, H, S, L + S]
+    q = heads(new @ qkv_w[:C].T)  # [B, H, S, D]: the new tokens' queries only
+    k, v = (heads(t) for t in np.split(np.concatenate([prefix, new], axis=1) @ qkv_w[C:].T, 2, axis=-1))  # [B, H, L + S, D]
+    scores = q @ k.swapaxes(-2, -1) / np.sqrt(D)  # [B, H, S, L + S]
     scores = np.where(np.arange(L + S)[None, :] <= L + np.arange(S)[:, None], scores, -np.inf)  # bottom-right causal
     w = np.exp(scores - scores.max(axis=-1, keepdims=True))
     y = (w / w.sum(axis=-1, keepdims=True)) @ v  # [B, H, S, D]
