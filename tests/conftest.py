@@ -16,50 +16,48 @@ from autograder.grade import grade  # noqa: E402
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 GRADER_ROOT = ROOT / "autograder"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")  # headless, for the HTML reports' tests
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-# `make test-fast` (pytest -m "not slow"): what a contributor runs before each commit. Left to `make test`:
-# the builds and runs of whole channels (Gradescope zips, the release's own tests, Classroom steps, notebook
-# cycles, platforms, the toy stages' builds), README-command runs, the cgroup run, the fairness variants,
-# other seeds, and each catalogued mistake beyond the first of its stage.
-SLOW_FILES = {"test_readme_commands.py", "test_notebooks.py", "test_gradescope_limits.py", "test_platforms.py",
-              "test_gradescope.py", "test_classroom.py", "test_release.py", "test_build.py", "test_fairness.py",
-              "test_class_report.py", "test_capstone_training.py", "test_setup_builds.py"}
-SLOW_TESTS = {"test_solutions_full_marks_other_seeds", "test_no_false_alarm", "test_no_diagnosis_is_claimed_but_the_mistakes_own",
-              "test_a_new_stage_is_three_files_and_every_build_picks_it_up",
-              "test_the_toy_stages_reach_totals_tables_and_the_next_step",
-              "test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one",
-              "test_symlink_to_the_reference_earns_nothing_through_the_zip",
-              # batches, fork servers and whole-kit runs: each module keeps a quicker test in the fast tier
-              "test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade",
-              "test_the_fork_server_option_grades_the_same_and_puts_the_modes_back",
-              "test_a_submission_that_kills_the_fork_server_costs_only_its_own_points",
-              "test_regrade_folder", "test_regrade_children_cannot_touch_the_batch_home_or_checkout",
-              "test_torch_stage_crash_leaves_numpy_stages", "test_the_secret_never_travels_on_a_command_line",
-              "test_a_decoy_sdpa_call_does_not_hide_the_scores_from_the_memory_check",
-              "test_grade_one_replaces_a_dead_server", "test_every_target_of_the_student_makefile_runs",
-              "test_the_release_makefile_is_student_mk", "test_regrade_reads_a_linked_file_as_missing_work",
-              "test_endless_loop_costs_only_its_stage",
-              # `make watch` ended five more ways; the fast tier keeps its closed terminal
-              "test_watch_ends_however_its_terminal_ends"}
+def edits_of(mistake) -> dict[str, list[tuple[str, str]]]:
+    """A declared mutant (Mistake.mutant) as variant's edits: {file: [(old, new), ...]}."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for e in mistake.mutant:
+        out.setdefault(e.file, []).append((e.old, e.new))
+    return out
+
+
+def _mutants() -> dict:
+    from autograder.stages import CATALOGUE
+
+    return {m.id: (edits_of(m), [m.stage]) for m in CATALOGUE.values() if m.mutant}
+
+
+# every catalogued mistake's one-edit mutant, from the stage declarations: {id: (edits, [its stage])}
+MUTANTS = _mutants()
+
+
+def png_images(text: str) -> list:
+    """The PNG pictures embedded in an HTML page (data: URIs), as greyscale arrays."""
+    import base64
+    import io
+    import re
+
+    import numpy as np
+    from PIL import Image
+
+    return [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("L"), dtype=float)
+            for b in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", text)]
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "slow: left out of `make test-fast` (see SLOW_FILES in tests/conftest.py)")
-
-
-def _first_mistake_of_its_stage(mistake: str) -> bool:
-    from autograder.stages import CATALOGUE
-
-    return mistake == next(i for i, m in CATALOGUE.items() if m.stage == CATALOGUE[mistake].stage)
-
-
-def pytest_collection_modifyitems(items) -> None:
-    for item in items:
-        name, _, param = item.name.partition("[")
-        mutant = name == "test_mistake_is_caught_and_named" and not _first_mistake_of_its_stage(param.rstrip("]"))
-        if item.path.name in SLOW_FILES or name in SLOW_TESTS or mutant:
-            item.add_marker(pytest.mark.slow)
+    # a test's tier is a marker at the test (CONTRIBUTING.md, "The test tiers"), never a list of names here
+    config.addinivalue_line("markers", "slow: builds or runs a whole channel, or repeats a faster test's case; "
+                                       "left out of `make test-fast`")
+    config.addinivalue_line("markers", "serial: needs the machine to itself (a CPU-limited cgroup, a latency "
+                                       "figure); `make test` runs these after the others, one at a time")
 
 
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:

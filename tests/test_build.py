@@ -3,10 +3,13 @@ import json
 import shutil
 import zipfile
 
+import pytest
 from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
 
 from autograder.instructor.make_exercises import generate, stub_source
 from autograder.sandbox.submission import locate, make_zip
+
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
 
 def test_exercises_match_generated_byte_for_byte():
@@ -94,8 +97,7 @@ def test_gpu_check_proof_fails_for_a_hand_written_fused_call(tmp_path):
     import subprocess
     import sys
 
-    from conftest import variant
-    from test_diagnosis import MUTANTS
+    from conftest import MUTANTS, variant
 
     sub = variant(tmp_path, MUTANTS["fused-not-fused"][0])
     p = subprocess.run([sys.executable, "bench/gpu_check.py", "--cpu-smoke", "--submission", str(sub)], cwd=ROOT,

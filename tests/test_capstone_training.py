@@ -4,7 +4,10 @@ import base64
 import re
 import subprocess
 
+import pytest
 from conftest import SOLUTIONS, copy_repo, share_venv
+
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
 
 def test_make_capstone_trains_the_solutions_to_95_percent(tmp_path):

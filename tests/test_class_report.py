@@ -13,9 +13,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import EXERCISES, ROOT, SOLUTIONS, variant
-from test_diagnosis import MUTANTS
-from test_html_report import CHROMIUM, FLAGS, _images
+from conftest import CHROMIUM, EXERCISES, FLAGS, MUTANTS, ROOT, SOLUTIONS, png_images, variant
 
 from autograder.instructor import class_report
 from autograder.instructor.class_report import pseudonym
@@ -23,6 +21,8 @@ from autograder.instructor.regrade import regrade
 from autograder.sandbox.launchers import separate_user_possible
 from autograder.sandbox.submission import make_zip
 from autograder.stages import BY_NAME, CORE_POINTS, SHOWN_ORDER
+
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 
@@ -173,7 +173,7 @@ def test_what_stopped_a_submission_is_one_line_per_cause_syntax_errors_included(
 def test_page_is_self_contained_with_plots(batch):
     text = (batch / "class-report.html").read_text()
     assert not re.search(r"(src|href)=['\"]https?://", text) and "<script src" not in text
-    imgs = _images(text)  # the totals, the stages, the mistakes
+    imgs = png_images(text)  # the totals, the stages, the mistakes
     assert len(imgs) == 3 and all(img.std() > 5 for img in imgs)
     assert "id='totals'" in text
 

@@ -15,6 +15,8 @@ from autograder.instructor.build import classroom_workflow, release
 from autograder.report.classroom import CLASSROOM_TOTAL, classroom_points
 from autograder.stages import BONUS_POINTS, CORE, STAGES
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 yaml = pytest.importorskip("yaml")
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 ZERO_MASK = ("return np.where(allowed, scores, -np.inf)", "return np.where(allowed, scores, 0.0)")

@@ -3,7 +3,7 @@
 Each submission is a copy of the solutions with one change (conftest.variant).
 """
 import pytest
-from conftest import grade, variant
+from conftest import MUTANTS, grade, variant
 
 from autograder.feedback.advice import diagnosis_text
 from autograder.feedback.inference import INFERRED_IDS
@@ -24,18 +24,6 @@ APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached to
 NUMPY = [s.name for s in STAGES if not s.torch and not s.bonus]
 
 
-def edits_of(mistake) -> dict[str, list[tuple[str, str]]]:
-    """A declared mutant (Mistake.mutant) as conftest.variant's edits: {file: [(old, new), ...]}."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for e in mistake.mutant:
-        out.setdefault(e.file, []).append((e.old, e.new))
-    return out
-
-
-# every catalogued mistake's one-edit mutant, from the stage declarations: {id: (edits, [its stage])}
-MUTANTS = {m.id: (edits_of(m), [m.stage]) for m in CATALOGUE.values() if m.mutant}
-
-
 def test_every_catalogue_id_has_a_mutant():
     assert set(MUTANTS) == set(CATALOGUE) - INFERRED_IDS  # the inferred ones: tests/test_inference.py
 
@@ -44,7 +32,15 @@ def named(res) -> set[str]:
     return {r.diagnosis for s in res.stages.values() for r in s.checks if r.diagnosis}
 
 
-@pytest.mark.parametrize("mistake", sorted(MUTANTS))
+def _tiered(ids: list[str]) -> list:
+    """Each stage's first mistake runs in `make test-fast`; the rest are marked slow (`make test` runs them all)."""
+    first = {}
+    for i in ids:
+        first.setdefault(CATALOGUE[i].stage, i)
+    return [i if first[CATALOGUE[i].stage] == i else pytest.param(i, marks=pytest.mark.slow) for i in ids]
+
+
+@pytest.mark.parametrize("mistake", _tiered([i for i in CATALOGUE if i in MUTANTS]))
 def test_mistake_is_caught_and_named(tmp_path, mistake):
     edits, stages = MUTANTS[mistake]
     res = grade(variant(tmp_path, edits), stages=stages)
@@ -88,6 +84,7 @@ CORRECT_BUT_DIFFERENT = {
 BONUS_OF_FILE = {f: s.name for s in STAGES if s.bonus for f in s.files}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORRECT_BUT_DIFFERENT))
 def test_no_false_alarm(tmp_path, name):
     edits = CORRECT_BUT_DIFFERENT[name]

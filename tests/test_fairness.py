@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import SOLUTIONS, grade, variant
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 OUTSIDE = Path(__file__).parent / "outside"
 SDPA_EQUAL = "return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)"
 BOTTOM_RIGHT = ("    allowed = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(diagonal=T_k - T_q)\n"

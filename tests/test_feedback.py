@@ -7,8 +7,7 @@ import shutil
 import subprocess
 import time
 
-from conftest import EXERCISES, ROOT, SOLUTIONS, Watching, grade, variant
-from test_diagnosis import MUTANTS
+from conftest import EXERCISES, MUTANTS, ROOT, SOLUTIONS, Watching, grade, variant
 
 from autograder.feedback.hints import next_hint, remember_run
 

@@ -17,6 +17,8 @@ from autograder.sandbox.launchers import separate_user_possible
 from autograder.stages import CORE_POINTS, DEPENDANTS, STAGES
 from autograder.stages.article_numbers import X
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 SECRET = "test-course-secret"
 SOFTMAX_HEAD = '"""Stage 1: a numerically stable softmax.'
 SM_BODY = "    scores = np.asarray(scores)\n"

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SOLUTIONS, variant
-from test_diagnosis import MUTANTS
+from conftest import MUTANTS, SOLUTIONS, variant
 
 from autograder.instructor.build import autograder_zip, gradescope_local
+
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
 MEMORY_BYTES = 768 * 2**20
 CPU_QUOTA_US, CPU_PERIOD_US = 50_000, 100_000  # 0.5 CPU
@@ -92,6 +93,7 @@ def edits_of(name: str) -> dict:
     return TILED_ONE_BLOCK if name == "tiled-one-block" else MUTANTS[name][0]
 
 
+@pytest.mark.serial  # half a CPU: beside other tests its grade would run past its own time budget
 @pytest.mark.parametrize("name", SUBMISSIONS)
 def test_scores_within_gradescope_limits_equal_unlimited(zip_path, tmp_path, name):
     sub = SOLUTIONS if name == "solutions" else variant(tmp_path / "sub", edits_of(name))

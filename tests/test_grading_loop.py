@@ -30,6 +30,7 @@ def test_solutions_score_full_marks(solutions_result):
     assert all(s.status == "passed" for s in res.stages.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_solutions_full_marks_other_seeds(seed):
     res = grade(SOLUTIONS, seed=seed)

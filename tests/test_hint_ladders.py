@@ -1,7 +1,6 @@
 """Hints follow the diagnosis: each diagnosis has its own ladder, a second mistake in a stage
 starts at its own first rung, and no rung gives the answer line away."""
-from conftest import SOLUTIONS, grade, variant
-from test_diagnosis import MUTANTS
+from conftest import MUTANTS, SOLUTIONS, grade, variant
 
 from autograder.feedback.hint_ladders import ladder
 from autograder.feedback.hints import next_hint, remember_run

@@ -1,7 +1,5 @@
 """The HTML report: self-contained, with the stage table, marked cells and non-blank heatmaps,
 rendered by headless Chromium (installed by .ci/run; the browser part skips where it is missing)."""
-import base64
-import io
 import re
 import shutil
 import subprocess
@@ -9,11 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, variant
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from conftest import CHROMIUM, FLAGS, ROOT, png_images, variant
 
 
 @pytest.fixture(scope="module")
@@ -28,20 +22,13 @@ def report(tmp_path_factory):
     return out
 
 
-def _images(text: str) -> list[np.ndarray]:
-    from PIL import Image
-
-    return [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("L"), dtype=float)
-            for b in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", text)]
-
-
 def test_report_is_self_contained_and_complete(report):
     text = report.read_text()
     assert not re.search(r"(src|href)=['\"]https?://", text), "the report must not fetch anything"
     assert "id='stages'" in text and "masking" in text and "Next step:" in text
     assert "Diagnosis mask-top-left" in text and "href='#hint-masking'" in text and "id='hint-masking'" in text
     assert "class=\"bad\"" in text  # the differing cells of the failing mask are marked
-    imgs = _images(text)
+    imgs = png_images(text)
     assert len(imgs) == 6  # dot products, projections, causal, head 2, the mask, the KV cache reads
     assert all(img.std() > 5 for img in imgs), "a heatmap came out blank"
 

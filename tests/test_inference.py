@@ -130,6 +130,7 @@ def test_the_capacity_off_by_one_is_not_named_cache_contents(tmp_path):
     assert "which fills the cache exactly" in failing["append_past_max_len_raises"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mistake", sorted(NEW))
 def test_no_diagnosis_is_claimed_but_the_mistakes_own(tmp_path, mistake):
     """Precision: over the new mistakes, a claimed name is the mistake's own (none where it has none). The
@@ -216,7 +217,7 @@ def figures(out=sys.stdout) -> None:
     """Over the catalogued mutants (tests/test_diagnosis.py) and NEW: named, right function, right line."""
     import tempfile
 
-    from test_diagnosis import MUTANTS
+    from conftest import MUTANTS
 
     from autograder.stages import CATALOGUE
 

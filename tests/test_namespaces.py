@@ -118,6 +118,7 @@ def test_the_grade_runs_inside_them(tmp_path):
     assert not any("namespaces" in n for n in res.protections_off)
 
 
+@pytest.mark.slow
 def test_regrade_children_cannot_touch_the_batch_home_or_checkout(tmp_path, monkeypatch):
     """With the static check switched off, a submission in a regrade tries to rewrite another student's
     file, plant a file in the home folder and read the solutions: inside its namespaces none of them is

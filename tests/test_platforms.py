@@ -16,6 +16,8 @@ from conftest import ROOT, SOLUTIONS, Watching, copy_repo, grade, variant
 
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 NUMPY_STAGES = "softmax,dot_products,projections,scaling,masking"
 HOSTILE = {  # one stage each: a crash (a segmentation fault, no import needed), an endless loop, a memory bomb
     "softmax.py": [("    scores = np.asarray(scores)\n", "    np.lib.stride_tricks.as_strided(np.zeros(1), shape=(1 << 40,), "
@@ -103,7 +105,7 @@ def test_fused_memory_is_measured_without_proc(tmp_path):
     (wait4), not from /proc: it still catches a call that builds the T x T scores."""
     if not _unshare_works():
         pytest.skip("needs root and a private mount namespace (unshare -m) to hide /proc")
-    from test_diagnosis import MUTANTS
+    from conftest import MUTANTS
 
     sub = variant(tmp_path, MUTANTS["fused-not-fused"][0])
     p = subprocess.run([*NO_PROC, sys.executable, "-m", "autograder", "grade", "--submission", str(sub), "--stage",

@@ -11,6 +11,8 @@ from conftest import ROOT, SOLUTIONS, copy_repo, output_until, share_venv
 
 from autograder.sandbox.launchers import separate_user_possible
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 # where no submission can get a uid of its own, regrade runs others' code only when told the code is trusted
 TRUST = "" if separate_user_possible() else " TRUST=1"
 TABLE_ROW = re.compile(r"^\| `([^`]+)` \|", re.M)

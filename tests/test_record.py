@@ -5,8 +5,7 @@ import json
 import subprocess
 import sys
 
-from conftest import GRADER_ROOT, ROOT, grade, variant
-from test_diagnosis import MUTANTS
+from conftest import GRADER_ROOT, MUTANTS, ROOT, grade, variant
 
 from autograder import grade as grading
 from autograder.feedback.sources import def_line_number, first_stub

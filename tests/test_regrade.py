@@ -15,6 +15,7 @@ from autograder.stages import BONUS_POINTS, CORE_POINTS
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 
 
+@pytest.mark.slow
 def test_regrade_folder(tmp_path):
     batch = tmp_path / "batch"
     batch.mkdir()
@@ -68,6 +69,7 @@ def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
         z.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("same_user,guard", [(True, "off"), (False, "off"), (True, "on")])
 def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_path, monkeypatch, same_user, guard):
     """The run-time guard refuses the kill (the killer loses its stage, nothing else changes). Without it, run as
@@ -112,6 +114,7 @@ def test_a_submission_that_kills_the_fork_server_costs_only_its_own_points(tmp_p
         assert servers >= 3, "aaron killed a shared server: a process started its own to grade again"
 
 
+@pytest.mark.slow
 def test_grade_one_replaces_a_dead_server(monkeypatch):
     import autograder.instructor.regrade as rg
     from autograder.sandbox.launchers import ForkServer as Zygote
@@ -128,6 +131,7 @@ def test_grade_one_replaces_a_dead_server(monkeypatch):
         server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not separate_user_possible(), reason="the fork-server option needs root and a shared interpreter")
 def test_the_fork_server_option_grades_the_same_and_puts_the_modes_back(tmp_path):
     """FORK_SERVER=1 (as root): every child forked from one server under its own uid, the reference and the

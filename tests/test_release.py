@@ -5,11 +5,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SOLUTIONS, variant
-from test_diagnosis import MUTANTS
+from conftest import MUTANTS, SOLUTIONS, variant
 
 from autograder.instructor.build import release
 from autograder.stages import CATALOGUE, CHECKS, CORE_POINTS
+
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
 
 @pytest.fixture(scope="module")

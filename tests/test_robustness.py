@@ -1,6 +1,6 @@
 """A broken submission costs its own points, never the grader's life or another stage's score."""
-import time
 
+import pytest
 from conftest import ROOT, grade, variant
 
 SOFTMAX_BODY = "    scores = np.asarray(scores)\n"
@@ -14,17 +14,16 @@ def _only_stage_lost(res, stage, others):
         assert res.stages[o].status == "passed", (o, [r.message for r in res.stages[o].checks if not r.passed])
 
 
+@pytest.mark.slow
 def test_endless_loop_costs_only_its_stage(tmp_path):
     sub = variant(tmp_path, {"scaling.py": [('    d_k = q.shape[-1]\n', '    while True:\n        pass\n')]})
-    t0 = time.monotonic()
     res = grade(sub, stages=["softmax", "scaling", "projections"], timeout=2.0)
-    took = time.monotonic() - t0
     assert res.stages["scaling"].status == "failed"
     msgs = [r.message for r in res.stages["scaling"].checks if not r.passed]
     assert any("did not finish" in m and "2 s" in m for m in msgs)
     assert any(m.startswith("not run: an earlier check of this stage did not finish") for m in msgs)
     _only_stage_lost(res, "scaling", ["softmax", "projections"])
-    assert took < 30  # one timeout per stage, not one per check
+    assert sum("did not finish" in m and not m.startswith("not run") for m in msgs) == 1  # one timeout a stage
 
 
 def test_a_module_that_never_finishes_loading_is_waited_for_once_and_costs_only_what_loads_it(tmp_path):
@@ -118,6 +117,7 @@ def test_numpy_stages_never_import_torch(tmp_path, monkeypatch):
     assert res.score == res.max_score == 54
 
 
+@pytest.mark.slow
 def test_torch_stage_crash_leaves_numpy_stages(tmp_path):
     sub = variant(tmp_path, {"kv_cache.py": [("        t = k_new.shape[-2]\n", f"        import numpy as np; {SEGFAULT}\n")]})
     res = grade(sub, stages=["softmax", "kv_cache", "fused"])

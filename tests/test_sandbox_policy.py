@@ -198,6 +198,7 @@ def test_public_checks_draw_from_the_grading_seed_where_the_reference_is():
     assert res.score == res.max_score  # correct code passes on any seed's public inputs
 
 
+@pytest.mark.slow
 def test_a_decoy_sdpa_call_does_not_hide_the_scores_from_the_memory_check(tmp_path):
     """The fused memory check reads the kernel's count of a fresh child's peak from the parent: a hand-written
     softmax(q k^T) v with a decoy 1 x 1 SDPA call still shows its T x T scores."""
@@ -256,6 +257,7 @@ def test_reading_every_block_fails_the_skip_check_however_it_is_dressed(tmp_path
     assert res.stages["tiled"].score <= honest
 
 
+@pytest.mark.slow
 def test_the_secret_never_travels_on_a_command_line(tmp_path):
     """regrade takes the course secret from a file (or ATTN_SECRET), so no process list shows it; the seeds it
     derives are the zip's."""

@@ -16,6 +16,8 @@ from conftest import SOLUTIONS
 
 from autograder.instructor.build import autograder_zip, gradescope_local, requirement_pins, setup_environment
 
+pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
+
 PINNED = ("numpy", "psutil", "torch")  # what setup.sh installs
 
 

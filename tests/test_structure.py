@@ -253,6 +253,7 @@ def _make(kit: Path, *args: str) -> str:
     return p.stdout
 
 
+@pytest.mark.slow
 def test_a_new_stage_is_three_files_and_every_build_picks_it_up(toy_kit):
     kit = toy_kit
     _make(kit, "exercises")
@@ -315,6 +316,7 @@ def _declared(kit: Path) -> dict:
     return dict(zip(["core", "bonus", "readme", "student", "totals"], found))
 
 
+@pytest.mark.slow
 def test_the_toy_stages_reach_totals_tables_and_the_next_step(toy_kit):
     """Both toy stages count where they belong (the core one in the core total, though numbered after the
     bonus stages), both READMEs' tables list them, and an unstarted core stage is the next step."""

@@ -29,12 +29,14 @@ def targets(makefile: str) -> set[str]:
     return {t for t in re.findall(r"^([a-z][\w-]*):", makefile, re.M)}
 
 
+@pytest.mark.slow
 def test_the_release_makefile_is_student_mk(student):
     assert (student / "Makefile").read_text() == (ROOT / "student.mk").read_text()
     assert "include student.mk" in (ROOT / "Makefile").read_text()
     assert (student / "setup.mk").read_text() == (ROOT / "setup.mk").read_text()
 
 
+@pytest.mark.slow
 def test_every_target_of_the_student_makefile_runs(student):
     ran = {"help", "student-help"}
     assert "make grade [STAGE=masking]" in make(student, "help") and "instructors" not in make(student)

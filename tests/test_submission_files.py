@@ -33,6 +33,7 @@ def zip_path(tmp_path_factory):
     return autograder_zip(tmp_path_factory.mktemp("zip") / "autograder.zip", "secret")
 
 
+@pytest.mark.slow
 def test_symlink_to_the_reference_earns_nothing_through_the_zip(zip_path, tmp_path):
     """Gradescope keeps the links of a GitHub upload: softmax.py pointing at the grader's reference must
     not be copied in as the student's softmax (the reference defines `softmax`, and would pass)."""
@@ -90,6 +91,7 @@ def test_make_submit_does_not_pack_a_link(tmp_path):
     assert "softmax.py" not in zipfile.ZipFile(tmp_path / "submission.zip").namelist()
 
 
+@pytest.mark.slow
 def test_regrade_reads_a_linked_file_as_missing_work(tmp_path):
     batch = tmp_path / "batch"
     batch.mkdir()

@@ -2,6 +2,7 @@
 import shutil
 import time
 
+import pytest
 from conftest import EXERCISES, SOLUTIONS, Watching
 
 from autograder.stages import CORE, STAGES
@@ -61,18 +62,16 @@ def test_watch_regrades_on_save_and_stops_on_ctrl_c(tmp_path):
         assert w.wait_for(f"Next step: start stage {FIRST.number} ({FIRST.name})")
         w.clear()
         time.sleep(0.2)
-        t0 = time.monotonic()
         for f in FIRST.files:
             shutil.copy2(SOLUTIONS / f, sub / f)
         assert w.wait_for(f"stage {FIRST.number} {FIRST.name}: passed")
-        numpy_feedback = time.monotonic() - t0
-        assert f"1/{len(CORE)} core stages pass" in w.text
-        assert numpy_feedback < 10  # generous: the figure itself is in `make bench`, not asserted here
+        assert f"1/{len(CORE)} core stages pass" in w.text  # how fast: a figure of `make bench`, not asserted here
     finally:
         code = w.stop()
     assert code == 0 and w.wait_for("stopped watching")
 
 
+@pytest.mark.slow
 def test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade(tmp_path):
     """Watch forks every grade's children from one fork server; code that hangs, exits, or kills that
     server loses that grade only: the next save grades normally."""
@@ -104,13 +103,14 @@ def test_a_hang_a_crash_or_a_killed_fork_server_costs_only_that_grade(tmp_path):
         assert w.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one(tmp_path):
     sub = tmp_path / "exercises"
     shutil.copytree(SOLUTIONS, sub)
     file = SECOND.files[0]
     good = (SOLUTIONS / file).read_text()
     hang = good.replace("import numpy as np\n", "import numpy as np\nwhile True:  # a long import\n    pass\n", 1)
-    w = Watching(sub, "--timeout", "30")
+    w = Watching(sub, "--timeout", "600")  # a grade that waited out this limit could not pass within wait_for's
     try:
         assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed") and w.wait_for("Next step: every stage passes"), \
             w.text[-3000:]
@@ -123,12 +123,11 @@ def test_a_burst_of_saves_is_one_grade_and_a_new_save_cancels_the_running_one(tm
         assert w.text.count("\033[2J") == 1, "three writes in a burst were graded once"
 
         w.clear()
-        (sub / file).write_text(hang)  # its grade waits on the sleep (up to the 30 s limit)...
+        (sub / file).write_text(hang)  # its grade waits on the loop (up to the 600 s limit)...
         time.sleep(1.0)
-        t0 = time.monotonic()
-        (sub / file).write_text(good)  # ...and this save cancels it
-        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed", timeout=20)
-        assert time.monotonic() - t0 < 15, "the new save did not wait for the old grade's time limit"
+        (sub / file).write_text(good)  # ...and this save cancels it: the verdict comes long before that limit
+        assert w.wait_for(f"stage {SECOND.number} {SECOND.name}: passed", timeout=180), \
+            "the new save waited for the old grade's time limit"
     finally:
         w.stop()
 
@@ -151,14 +150,12 @@ def test_a_forked_child_ended_while_it_starts_fails_its_call_at_once(tmp_path):
     server = ForkServer(torch=False)  # its children load torch in their start: a start long enough to end in
     try:
         for end, raised in (("stop", BudgetSpent), ("kill", GraderEnvironment)):
-            w = Worker(SOLUTIONS, timeout=30, zygote=server)
+            w = Worker(SOLUTIONS, timeout=600, zygote=server)  # waiting this out would raise StudentTimeout
             w.preload_libraries = ("torch", "torch._dynamo")
             how = w.stop if end == "stop" else lambda w=w: os.kill(w.child.pid, signal.SIGKILL)
             threading.Timer(0.3, how).start()  # stop: as Session.stop_grading does, from another thread
-            t0 = time.monotonic()
-            with pytest.raises(raised):
+            with pytest.raises(raised):  # not StudentTimeout: the call did not wait out its limit
                 w.call("softmax:softmax", [[1.0, 2.0]])
-            assert time.monotonic() - t0 < 15, (end, "the call waited out its limit for a child already ended")
             w.close()
     finally:
         server.close()

@@ -4,8 +4,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, Watching, grade, variant
-from test_diagnosis import MUTANTS
+from conftest import MUTANTS, ROOT, Watching, grade, variant
 
 from autograder.report.watch_screen import screen
 from autograder.watch import agree_with_grade

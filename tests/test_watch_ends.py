@@ -189,6 +189,7 @@ def test_watch_ends_when_its_terminal_closes(tmp_path, tmp):
 
 @pytest.mark.parametrize("how", ["the shell dies", "the shell's SIGHUP reaches the job", "make is killed",
                                  "the watcher itself is killed", "tmux kills the session"])
+@pytest.mark.slow
 def test_watch_ends_however_its_terminal_ends(tmp_path, tmp, how):
     sub = submission(tmp_path)
     if how == "tmux kills the session":
