@@ -126,3 +126,28 @@ def test_an_answer_the_check_cannot_read_is_still_the_students(monkeypatch, tmp_
     res = grade(sub, stages=[FIRST.name])
     last = res.stages[FIRST.name].checks[-1]
     assert last.failure == Failure.UNREADABLE and last.score == 0
+
+
+@pytest.mark.parametrize("where, ok", [("toy.py:Toy.go", True), ("toy.py:go", True), ("toy.py:helper", True),
+                                       ("toy.py:Toy.stop", False), ("toy.py:Toy.go.inner", False),
+                                       ("toy.py:missing", False), ("other.py:helper", False)])
+def test_a_mistakes_where_must_name_a_function_or_method_of_its_file(tmp_path, where, ok):
+    """`where` is what the next step opens: one that resolves to nothing used to match nothing, silently."""
+    (tmp_path / "toy.py").write_text("def helper():\n    pass\n\n\nclass Toy:\n    def go(self):\n        pass\n")
+    stage = _toy(mistakes=(Mistake(id="toy-wrong", explanation="wrong", reread="the docstring", where=where,
+                                   evidence="check:one", mutant=(Edit("toy.py", "def helper", "def helper2"),)),))
+    if ok:
+        check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
+    else:
+        with pytest.raises(DeclarationError, match=r"mistakes\[0\] \(toy-wrong\)\.where"):
+            check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
+
+
+def test_a_class_method_where_opens_at_the_methods_def_line(tmp_path):
+    from autograder.feedback.sources import def_line_number
+
+    (tmp_path / "kv_cache.py").write_text("class KVCache:\n    def __init__(self):\n        pass\n\n"
+                                          "    def append(self, k, v):\n        return k, v\n")
+    assert def_line_number(tmp_path, "kv_cache.py", "KVCache.append") == 5
+    assert def_line_number(tmp_path, "kv_cache.py", "append") == 5
+    assert def_line_number(tmp_path, "kv_cache.py", "KVCache") == 1

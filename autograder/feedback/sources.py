@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, SUBMISSION_FILES
+from ..stages.validate import defined_at
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 
@@ -42,13 +43,18 @@ def rel(path: Path) -> str:
 
 
 def def_line_number(submission: Path, name: str, func: str | None) -> int | None:
-    """The line of `def func` or `class func` in the file; with no func, its first class (else its first def)."""
-    lines = (read_text(submission / name) or "").splitlines()
+    """The line of `def func` or `class func` in the file (`Class.method` too, or a bare method name); with no
+    func, its first class (else its first def)."""
+    text = read_text(submission / name) or ""
+    if func:
+        return defined_at(text, func) or next((i for i, line in enumerate(text.splitlines(), 1)
+                                                if re.match(rf"\s*(def|class) {func}\b", line)), None)
+    lines = text.splitlines()
     for i, line in enumerate(lines, 1):
-        if re.match(rf"\s*(def|class) {func}\b" if func else r"class \w", line):
+        if re.match(r"class \w", line):
             return i
     for i, line in enumerate(lines, 1):
-        if not func and re.match(r"def \w", line):
+        if re.match(r"def \w", line):
             return i
     return None
 

@@ -5,7 +5,8 @@ Always: unique names and numbers, known `calls` to earlier stages, points equal 
 checks, unique check names and mistake ids, every mistake with its evidence, every core stage with at
 least one of the articles' numbers. Where the full repo is present (solutions/ and attn_ref/ beside the
 package): every mistake with its one-edit mutant, whose text occurs once in its solution file,
-each `mistakes:` evidence function exists, and each check's rule sentence is in the stage's docstrings
+each `mistakes:` evidence function exists, each mistake's `where` names a function or `Class.method` of
+its file, and each check's rule sentence is in the stage's docstrings
 or is one of the kit-wide rules of the student README.
 """
 import ast
@@ -29,6 +30,27 @@ def _docstrings(text: str) -> str:
     tree = ast.parse(text)
     nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
     return " ".join(_norm(ast.get_docstring(n) or "") for n in nodes)
+
+
+def defined_at(source: str, name: str) -> int | None:
+    """The line of `def name` or `class name` in `source`: a top-level function or class, `Class.method`, or a bare
+    method name (the first top-level class that defines it). None where nothing is defined under that name."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+
+    def child(body: list, part: str):
+        return next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+
+    head, _, method = name.partition(".")
+    found = child(tree.body, head)
+    if found is None and not method:  # a bare method name
+        found = next((m for c in tree.body if isinstance(c, ast.ClassDef) for m in [child(c.body, head)] if m), None)
+    if found is not None and method:
+        found = child(found.body, method) if isinstance(found, ast.ClassDef) else None
+    return found.lineno if found is not None else None
 
 
 def _fail(stage: Stage, field: str, why: str) -> None:
@@ -94,6 +116,14 @@ def _mistake(s: Stage, i: int, m, solutions: Path | None, mutants: bool) -> None
             _fail(s, f"{field}.evidence", f"attn_ref.mistakes has no function {target!r}")
     else:
         _fail(s, f"{field}.evidence", "say what recognises it: 'check:<check name>' or 'mistakes:<function>'")
+    if m.where:  # "file.py:function" or "file.py:Class.method": what the next step opens
+        file, _, name = m.where.partition(":")
+        if file not in s.files:
+            _fail(s, f"{field}.where", f"{file!r} is not one of the stage's files {s.files}")
+        path = solutions / file if solutions is not None else None
+        if name and path is not None and path.is_file() and defined_at(path.read_text(), name) is None:
+            _fail(s, f"{field}.where", f"solutions/{file} defines no function or method {name!r} "
+                                       "(write 'file.py:function' or 'file.py:Class.method')")
     if mutants and not m.mutant:
         _fail(s, f"{field}.mutant", "each mistake comes with the one edit of the solutions that makes it")
     for e in m.mutant:
