@@ -4,6 +4,7 @@ check functions becomes. It imports nothing from the package, so any module may 
 A stage module (autograder/stages/<name>.py) opens with `STAGE = Stage(name=..., ...)` and then
 registers its checks with `@STAGE.check(points=..., kind=..., visibility=...)`.
 """
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -142,7 +143,8 @@ class Stage:
         assert rule, "a property check names the sentence it enforces (rule=...)"
 
         def deco(fn: Callable) -> Callable:
-            doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else fn.__name__
+            # its title: the docstring's first paragraph as one line (a title wrapped over two lines stays whole)
+            doc = " ".join(inspect.cleandoc(fn.__doc__).split("\n\n")[0].split()) if fn.__doc__ else fn.__name__
             self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite, rule=rule))
             return fn
 

@@ -151,3 +151,17 @@ def test_a_class_method_where_opens_at_the_methods_def_line(tmp_path):
     assert def_line_number(tmp_path, "kv_cache.py", "KVCache.append") == 5
     assert def_line_number(tmp_path, "kv_cache.py", "append") == 5
     assert def_line_number(tmp_path, "kv_cache.py", "KVCache") == 1
+
+
+def test_a_checks_title_is_its_docstrings_first_paragraph_whole():
+    """A title wrapped over two lines of its docstring used to be cut at the first line's end."""
+    stage = _toy()
+
+    @stage.check(points=0, kind="reference", visibility="public")
+    def two(api, ctx):
+        """a title long enough that it wraps onto
+        a second line of the docstring
+
+        and a paragraph that is not the title"""
+
+    assert stage.checks[-1].doc == "a title long enough that it wraps onto a second line of the docstring"
