@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from .child import scripts
 from .outcomes import CannotReplay, Fail
 from .records import INPUTS_RULE
 from .stages import FUNCTIONS, TARGETS
@@ -39,7 +40,14 @@ class StudentAPI:
         if name not in TARGETS:
             raise AttributeError(name)
         self.called.append(name)
+        f = FUNCTIONS.get(name)
+        if f is not None and f.script:  # a class run through a recorded script (child/scripts.py)
+            return functools.partial(self._script, *f.target.split(":"), f.script)
         return functools.partial(self._call, TARGETS[name])
+
+    def _script(self, module: str, cls: str, library: str, init_args: list, steps: list,
+                init_kwargs: dict | None = None) -> list:
+        return self._call("script:object_script", module, cls, init_args, steps, init_kwargs, library)
 
     def _call(self, target: str, *args, **kwargs):
         """The child's answer; a failure when the call modified an argument in place, whatever it returned."""
@@ -79,6 +87,8 @@ class ReferenceAPI:
             raise AttributeError(f"no reference declared for {name}")
         module, func = ref.split(":")
         fn = getattr(importlib.import_module(f"attn_ref.{module}"), func)
+        if FUNCTIONS[name].script:  # a class: the same recorded script runs on it
+            fn = scripts.on_reference(fn, FUNCTIONS[name].script)
         setattr(self, name, fn)  # found once
         return fn
 

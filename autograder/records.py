@@ -35,6 +35,9 @@ class Function:
     measured: tuple = ()
     # a measurement whose CPU time is compared with its baseline's: that baseline child runs in every grade, beside it
     timed: bool = False
+    # "numpy" or "torch": `target` names a class ("module:Class"), and `api.<name>(init_args, steps, init_kwargs)`
+    # constructs it and runs the steps on it, a recorded script (child/scripts.py), in that library's arrays
+    script: str = ""
 
     def code(self) -> list[tuple[str, str | None]]:
         """(submission file, function) pairs this name runs: the student's function itself, or for a

@@ -343,3 +343,115 @@ def test_the_toy_stages_reach_totals_tables_and_the_next_step(toy_kit):
     shutil.copy2(kit / "exercises" / "toy_core.py", unstarted / "toy_core.py")
     out = _make(kit, "grade", "SUBMISSION=unstarted")
     assert f"Next step: start stage {CORE_N} (toy_core): open unstarted/toy_core.py:" in out, out
+
+
+# ------------------------------------------------------------------------------- a class-based toy --
+# A stateful stage is three files too: its checks call a class through a recorded script (construct, then method
+# calls and attribute reads: autograder/child/scripts.py), which the wire carries; no driver of its own.
+WINDOW_STAGE = f'''"""A class-based toy stage, added by the structure test: a window over the last vectors pushed."""
+import numpy as np
+
+from ..compare import check_close
+from ..outcomes import Fail
+from ..records import Edit, Function, Mistake, Stage
+
+STAGE = Stage(
+    name="window", number={CORE_N + 1}, points=2, files=("window.py",), bonus=True,
+    functions=(Function(name="window", target="window:Window", reference="window:Window", script="numpy"),),
+    intro="Keep the last vectors pushed.",
+    hints=("Drop the oldest row once there are more than `size`.", "Slice the last `size` rows."),
+    mistakes=(Mistake(id="window-keeps-all", where="window.py:Window.push", explanation="it never drops a row",
+                      reread="the docstring of window.py", evidence="check:keeps_the_last",
+                      mutant=(Edit("window.py", "self.rows[-self.size:]", "self.rows"),)),),
+)
+
+
+@STAGE.check(points=1, kind="reference", visibility="public")
+def keeps_the_last(api, ctx):
+    """push returns the last `size` vectors pushed, oldest first, and length counts them"""
+    x = np.arange(15.0).reshape(5, 3)
+    steps = [["call", "push", [row]] for row in x] + [["get", "length"]]
+    got, want = api.window([3], steps), ctx.ref.window([3], steps)
+    for i in range(len(x)):
+        check_close(got[i], want[i], f"push of vector {{i + 1}} into Window(3)",
+                    mistakes={{"window-keeps-all": x[:i + 1]}})
+    if got[-1] != want[-1]:
+        raise Fail(f"after 5 pushes into Window(3), length is {{got[-1]}}; expected {{want[-1]}}")
+
+
+@STAGE.check(points=1, kind="reference", visibility="public")
+def refuses_a_wrong_size(api, ctx):
+    """push raises ValueError for a vector of another size, and the window goes on"""
+    steps = [["call", "push", [np.ones(3)]], ["call?", "push", [np.ones(4)]], ["call", "push", [np.zeros(3)]]]
+    got, want = api.window([2], steps), ctx.ref.window([2], steps)
+    if not isinstance(got[1], dict) or got[1].get("raised") != want[1]["raised"]:
+        raise Fail(f"push of a vector of 4 into a window of vectors of 3 returned {{got[1]!r}}; expected ValueError")
+    check_close(got[2], want[2], "push after the refused one")
+'''
+WINDOW_SOLUTION = '''"""Class-based toy stage: a window over the last `size` vectors pushed."""
+import numpy as np
+
+
+class Window:
+    """Holds the last `size` vectors pushed; `length` counts them (at most `size`)."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.rows, self.length = size, [], 0
+
+    def push(self, x: np.ndarray) -> np.ndarray:
+        """Add x [d]; return the vectors held, oldest first [length, d]. A vector of another size than the first
+        raises ValueError."""
+        # BEGIN SOLUTION
+        if self.rows and len(x) != len(self.rows[0]):
+            raise ValueError("every vector has the first one's size")
+        self.rows = self.rows + [np.asarray(x, dtype=float)]
+        self.rows = self.rows[-self.size:]
+        self.length = len(self.rows)
+        return np.stack(self.rows)
+        # END SOLUTION
+'''
+WINDOW_REFERENCE = '''"""Reference of the class-based toy stage."""
+import numpy as np
+
+
+class Window:
+    def __init__(self, size):
+        self.size, self.held = size, np.zeros((0, 0))
+
+    @property
+    def length(self):
+        return len(self.held)
+
+    def push(self, x):
+        x = np.asarray(x, dtype=np.float64)[None, :]
+        if len(self.held) and self.held.shape[1] != x.shape[1]:
+            raise ValueError("wrong size")
+        self.held = (np.concatenate([self.held, x]) if len(self.held) else x)[-self.size:]
+        return self.held.copy()
+'''
+
+
+def test_a_class_based_stage_is_three_files_with_no_driver(tmp_path):
+    kit = copy_repo(tmp_path / "kit")
+    for name, text in {"autograder/stages/window.py": WINDOW_STAGE, "solutions/window.py": WINDOW_SOLUTION,
+                       "attn_ref/window.py": WINDOW_REFERENCE}.items():
+        (kit / name).write_text(text)
+
+    def grade_in_kit(folder: Path) -> str:
+        p = subprocess.run([sys.executable, "-m", "autograder", "grade", "--submission", str(folder), "--stage",
+                            "window"], cwd=kit, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "NO_COLOR": "1"})
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    out = grade_in_kit(kit / "solutions")
+    assert "2/2  passed" in out, out
+    mutant = kit / "mutant"
+    shutil.copytree(kit / "solutions", mutant)
+    (mutant / "window.py").write_text(WINDOW_SOLUTION.replace("self.rows[-self.size:]", "self.rows"))
+    out = grade_in_kit(mutant)
+    assert "window-keeps-all" in out and "1/2" in out, out
+    (mutant / "window.py").write_text(WINDOW_SOLUTION.replace("            raise ValueError(", "            print("))
+    out = grade_in_kit(mutant)
+    # the step after the one that should have raised fails at the student's own line, found through the script
+    assert "x refuses_a_wrong_size" in out and "mutant/window.py:20" in out and "keeps_the_last" not in out, out

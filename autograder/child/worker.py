@@ -74,10 +74,16 @@ def hide_the_grader() -> None:
     sys.modules["__main__"] = types.ModuleType("__main__")
 
 
+# the grader's own code a call may name ("driver:<function>"), which gets the submission's package as `pkg`
+DRIVERS = {"driver": "autograder.child.drivers",  # these import torch
+           "npdriver": "autograder.child.np_drivers",
+           "script": "autograder.child.scripts"}  # calls on an object, as a recorded script (child/scripts.py)
+
+
 def resolve(target: str, pkg: str):
     module_name, func = target.split(":")
-    if module_name in ("driver", "npdriver"):
-        name = "autograder.child." + ("drivers" if module_name == "driver" else "np_drivers")  # drivers import torch
+    if module_name in DRIVERS:
+        name = DRIVERS[module_name]
         if name not in _HELD:  # loaded now, with the grader's modules back in place for that moment (no student
             sys.modules.update(_HELD)  # code runs meanwhile), then out of reach again
             try:
@@ -243,7 +249,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
         try:
             fn = resolve(req["target"], pkg)
             args, kwargs = req.get("args", []), req.get("kwargs", {})
-            if req["target"].startswith(("driver:", "npdriver:")):  # a driver checks the calls it makes itself
+            if req["target"].split(":")[0] in DRIVERS:  # a driver checks the calls it makes itself
                 def run():
                     return fn(*args, **{**kwargs, "pkg": pkg})
             else:
@@ -268,7 +274,7 @@ def serve(sub_dir: str, pkg: str, requests, results) -> None:
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are student errors too
             file, lineno, function = innermost(e, sub_dir)
             # raised by the grader's own driver while no line of the submission was running: say so
-            in_grader = file is None and req["target"].startswith(("driver:", "npdriver:"))
+            in_grader = file is None and req["target"].split(":")[0] in DRIVERS
             reply = wire.dumps({"id": req["id"], "ok": False, "error": {
                 "type": type(e).__name__, "message": str(e)[:2000], "file": file, "line": lineno,
                 "function": function, "in_grader": in_grader, "entry": entry(e, sub_dir)}})

@@ -87,6 +87,12 @@ def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, 
             module = f.target.split(":")[0]
             if module not in ("driver", "npdriver") and f"{module}.py" not in s.files:
                 _fail(s, "functions", f"{f.name} runs {f.target}, which is not in the stage's files {s.files}")
+            if f.script and f.script not in ("numpy", "torch"):
+                _fail(s, "functions", f"{f.name}: script is 'numpy' or 'torch' (the arrays its steps take), "
+                                      f"not {f.script!r}")
+            source = solutions / f"{module}.py" if solutions is not None and f.script else None
+            if source is not None and source.is_file() and defined_at(source.read_text(), f.target.split(":")[1]) is None:
+                _fail(s, "functions", f"{f.name}: solutions/{module}.py defines no class {f.target.split(':')[1]!r}")
         for i, m in enumerate(s.mistakes):
             if m.id in seen_ids:
                 _fail(s, f"mistakes[{i}].id", f"{m.id!r} is also declared by stage {seen_ids[m.id]!r}")
