@@ -131,17 +131,20 @@ def _submit(args) -> int:
 
 def _regrade(args) -> int:
     from .instructor.regrade import Untrusted, regrade
+    from .outcomes import plain
 
     # the secret comes from a file or the environment, never the command line (any user can read another's argv)
     secret = Path(args.secret_file).read_text().strip() if args.secret_file else os.environ.get("ATTN_SECRET")
     try:
         out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, secret, args.seed, args.timeout,
-                      anonymize=args.anonymize, trust=args.trust, fork_server=args.fork_server)
+                      anonymize=args.anonymize, trust=args.trust, fork_server=args.fork_server, bonus=args.bonus,
+                      same_uid=args.same_uid, item=args.item)
     except Untrusted as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {plain(str(e))}", file=sys.stderr)
         return 2
-    print(f"wrote {out / 'summary.csv'}, {out / 'grades.csv'} (one row per student), {out / 'class-report.html'}, "
-          f"{out / 'diagnoses.csv'} and one results JSON and report page per submission in {out}/")
+    print(plain(f"wrote {out / 'summary.csv'}, {out / 'grades.csv'} (one row per student; grades-canvas.csv and "
+                f"grades-brightspace.csv for those LMSs' imports), {out / 'class-report.html'}, {out / 'diagnoses.csv'} "
+                f"and one results JSON and report page per submission in {out}/"))
     return 0
 
 
@@ -154,7 +157,8 @@ def _classroom_step(args) -> int:
 def _class_report(args) -> int:
     from .instructor.class_report import main as class_report
 
-    return class_report([args.results_dir] + (["--anonymize"] if args.anonymize else []))
+    return class_report([args.results_dir] + (["--anonymize"] if args.anonymize else [])
+                        + (["--item", args.item] if args.item else []))
 
 
 def _capstone(args) -> int:
@@ -214,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--trust", action="store_true", help="run the submissions even where nothing separates them "
                    "from your account (not root): only for code you trust")
     r.add_argument("--anonymize", action="store_true", help="stable pseudonyms in the class report and diagnoses.csv")
+    r.add_argument("--bonus", choices=("apart", "folded"), default="apart",
+                   help="the bonus stages' points apart from the total (default) or folded into it, as in every build")
+    r.add_argument("--same-uid", action="store_true", help="go on where the sandbox's separate uid is off (not root, or "
+                   "an interpreter other users cannot run): namespaces alone then separate the submissions")
+    r.add_argument("--item", default="", help="the grade item's name in the LMS files (default 'Attention kit')")
     r.set_defaults(fn=_regrade)
     cs = sub.add_parser("classroom-step", help="a GitHub Classroom step: report STAGE's points from a --classroom file")
     cs.add_argument("stage")
@@ -222,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("class-report", help="class-report.html, grades.csv and diagnoses.csv from a folder of results JSONs")
     c.add_argument("results_dir")
     c.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
+    c.add_argument("--item", default="", help="the grade item's name in the LMS files (default 'Attention kit')")
     c.set_defaults(fn=_class_report)
     cp = sub.add_parser("capstone", help="train a small model built from your CausalSelfAttention (or load GPT-2 into it)")
     cp.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with your stage modules")

@@ -333,7 +333,10 @@ def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Pat
     if not others and not named and all((r.error is None or passed_on_inputs(r)) and not r.not_run for r in fails):
         # wrong numbers, and a stage it uses is wrong: blocked by it only if every failing check ran its code
         reached = set.intersection(*(reached_stages(submission, r.called) for r in fails))
-        others = [d for d in BY_NAME[sr.stage].calls if d in unfinished and d in reached]
+        # the stages it declares it calls first, then any other its failing code reached (a bonus stage that
+        # reaches a core stage through one that passes: gqa through heads to masking's offset mask)
+        others = [d for d in (*BY_NAME[sr.stage].calls, *(s.name for s in STAGES))
+                  if d != sr.stage and d in unfinished and d in reached]
     if others:
         sr.status = StageStatus.BLOCKED
         sr.blocked_by = _root(others[0], done, reached)

@@ -70,13 +70,13 @@ def _rows(page: str, table: str) -> list[str]:
 
 
 def test_counts_match_what_was_planted(batch):
-    rows = list(csv.DictReader(open(batch / "diagnoses.csv")))
+    rows = list(csv.DictReader(open(batch / "diagnoses.csv")))  # one per student and failing check
     per_student = {}
     for r in rows:
-        per_student.setdefault(r["student"], set()).add(r["diagnosis"])
+        per_student.setdefault(r["student"], set()).update(d for d in r["diagnosis"].split("+") if d)
     for name, mistakes in PLANTED.items():
         assert per_student.get(name, set()) == set(mistakes), (name, per_student.get(name))
-    counts = Counter(r["diagnosis"] for r in rows)
+    counts = Counter(d for ds in per_student.values() for d in ds)
     page = (batch / "class-report.html").read_text()
     table = page.split("id='diagnoses'")[1].split("</table>")[0]
     for d, c in counts.items():
@@ -104,6 +104,47 @@ def test_blocking_and_stage_shares(batch):
         assert f"<tr><td class='name'>{stage}</td><td>{n}</td>" in blocking, (stage, n, blocking)
     stages = page.split("id='stages'")[1].split("</table>")[0]
     assert "<td class='name'>softmax</td>" in stages and "%" in stages
+
+
+def _own_and_blocked(batch) -> dict[str, tuple[set, set]]:
+    """Per graded student, read from their counted results JSON: ({(stage, check, diagnosis)} failing in a stage
+    that failed on its own, {(stage, blocked_by)} of their blocked stages)."""
+    out = {}
+    for name in [*PLANTED, "frank"]:
+        r = json.loads((batch / f"{name}.json").read_text())
+        stages = r["extra_data"]["stages"]
+        own = {(t["extra_data"]["stage"], t["extra_data"]["check"], t["extra_data"]["diagnosis"] or "")
+               for t in r["tests"] if t["status"] == "failed" and stages[t["extra_data"]["stage"]]["status"] == "failed"}
+        out[name] = own, {(n, st["blocked_by"]) for n, st in stages.items() if st["status"] == "blocked"}
+    return out
+
+
+def test_every_failing_check_per_student_and_the_checks_failed_most(batch):
+    """Issue 44: the page lists, per student, every failing check with its diagnosis (a blocked stage once, by
+    the stage that blocks it: a bonus stage blocked by a core one too), and for the class the checks failed
+    most often with how many students failed each; diagnoses.csv holds the same, one row per failing check."""
+    page = (batch / "class-report.html").read_text()
+    left = {re.search(r"<td class='name'>([^<]*)</td>", r).group(1): r for r in _rows(page, "failing") if "<td" in r}
+    expected = _own_and_blocked(batch)
+    assert "alice" not in left and set(left) == {n for n, (own, blocked) in expected.items() if own or blocked}
+    for name, (own, blocked) in expected.items():
+        for stage, check, diagnosis in own:
+            assert f"{stage}: {check}" + (f" ({diagnosis.replace('+', ', ')})" if diagnosis else "") in left[name]
+        for stage, by in blocked:
+            assert f"{stage}: blocked by {by}" in left[name], (name, stage)
+    # bob's only mistake is masking's (core): gqa and rope (bonus) reach it, and are blocked by it, not failed
+    assert {("gqa", "masking"), ("rope", "masking")} <= expected["bob"][1]
+    assert all(stage == "masking" for stage, _, _ in expected["bob"][0])
+    most = [re.findall(r"<td(?: class='name')?>([^<]*)</td>", r) for r in _rows(page, "most_failed") if "<td" in r]
+    counts = Counter((stage, check) for own, _ in expected.values() for stage, check, _ in own)
+    assert {(stage, check): int(n) for n, stage, check, *_ in most} == dict(counts)
+    assert [int(row[0]) for row in most] == sorted((int(row[0]) for row in most), reverse=True)
+    assert max(counts.values()) >= 2  # bob's and dave's shared mask-top-left
+    rows = list(csv.DictReader(open(batch / "diagnoses.csv")))
+    for name, (own, blocked) in expected.items():
+        mine = [r for r in rows if r["student"] == name]
+        assert {(r["stage"], r["check"], r["diagnosis"]) for r in mine if r["status"] == "failed"} == own
+        assert {(r["stage"], r["blocked_by"]) for r in mine if r["status"] == "blocked"} == blocked
 
 
 def test_anonymized_report_from_a_results_folder(batch, tmp_path):
@@ -137,16 +178,17 @@ def test_an_inferred_diagnosis_is_filed_under_the_stage_whose_check_found_it(tmp
     """Found by a stranger TA: a softmax over the wrong axis inside masking's attention (softmax itself right, 12/12)
     was listed under stage softmax, the file its explanation points at, in diagnoses.csv and the mistakes table."""
     def result(diagnosis: str, stage: str) -> dict:
-        return {"score": 80, "tests": [{"name": "t", "score": 0, "max_score": 1, "output": "",
-                                        "extra_data": {"stage": stage, "diagnosis": diagnosis}}],
-                "extra_data": {"stages": {}}}
+        return {"score": 80, "tests": [{"name": "t", "score": 0, "max_score": 1, "output": "", "status": "failed",
+                                        "extra_data": {"stage": stage, "check": "c", "diagnosis": diagnosis}}],
+                "extra_data": {"stages": {stage: {"score": 0, "max_score": 1, "status": "failed"}}}}
 
     folder = tmp_path / "results"
     folder.mkdir()
     (folder / "quinn.json").write_text(json.dumps(result("inferred-softmax-axis", "masking")))
     (folder / "rita.json").write_text(json.dumps(result("softmax-unstable", "softmax")))
     page, rows, _ = class_report.build(class_report.load(folder), False)
-    assert sorted(rows) == [["quinn", "inferred-softmax-axis", "masking"], ["rita", "softmax-unstable", "softmax"]]
+    assert sorted(rows) == [["quinn", "masking", "c", "failed", "inferred-softmax-axis", ""],
+                            ["rita", "softmax", "c", "failed", "softmax-unstable", ""]]
     assert "<td class='name'>inferred-softmax-axis</td><td class='name'>masking</td>" in page
 
 
@@ -199,9 +241,11 @@ def test_one_row_per_student_with_their_totals_and_links(batch):
     for name in ("bob", "carol"):
         r = json.loads((batch / f"{name}.json").read_text())
         cells = re.findall(r"<td data-v='([^']*)'>", rows[names.index(name)])
-        assert float(cells[0]) == r["score"] < CORE_POINTS
+        # total, core and bonus (the bonus apart: the total is the core), then each stage's points
+        assert float(cells[0]) == float(cells[1]) == r["score"] < CORE_POINTS
+        assert float(cells[2]) == r["extra_data"]["bonus"]["score"]
         stages = [s for s in SHOWN_ORDER if s.name in r["extra_data"]["stages"]]
-        assert [float(c) for c in cells[1:]] == [r["extra_data"]["stages"][s.name]["score"] for s in stages]
+        assert [float(c) for c in cells[3:]] == [r["extra_data"]["stages"][s.name]["score"] for s in stages]
     assert f"{len(STUDENTS)} students, {len(STUDENTS) + 1} submissions" in page
 
 
@@ -209,16 +253,33 @@ def test_grades_csv_has_one_row_per_student_for_an_lms(batch):
     rows = list(csv.DictReader(open(batch / "grades.csv")))
     assert [r["student"] for r in rows] == sorted(STUDENTS)
     # found by a stranger TA: the bonus columns looked like core ones beside a total that leaves them out
-    assert list(rows[0])[:2] == ["student", "total"] and [s.column for s in SHOWN_ORDER] == list(rows[0])[2:-2]
+    assert list(rows[0])[:4] == ["student", "total", "core", "bonus"]
+    assert [s.column for s in SHOWN_ORDER] == list(rows[0])[4:-2]
     assert all(("(bonus)" in s.column) == s.bonus for s in SHOWN_ORDER) and any(s.bonus for s in SHOWN_ORDER)
     by = {r["student"]: r for r in rows}
     assert float(by["alice"]["total"]) > 0 and by["alice"]["submission"] == "alice"
     assert by["gina"]["total"] == "0" and by["gina"]["error"] and by["gina"]["submission"] == ""
     for name in ("bob", "dave", "erin"):
         r = json.loads((batch / f"{name}.json").read_text())
-        assert float(by[name]["total"]) == r["score"]
+        assert float(by[name]["total"]) == float(by[name]["core"]) == r["score"]  # the bonus apart (the default)
+        assert float(by[name]["bonus"]) == r["extra_data"]["bonus"]["score"] > 0
         assert {s: float(by[name][BY_NAME[s].column]) for s in r["extra_data"]["stages"]} == \
             {s: v["score"] for s, v in r["extra_data"]["stages"].items()}
+
+
+def test_the_lms_files_have_canvas_and_brightspace_columns(batch):
+    """Canvas's gradebook import (Student, ID, SIS User ID, SIS Login ID, Section, one column per assignment) and
+    Brightspace's (Username, "<item> Points Grade", End-of-Line Indicator "#"): the identifier as given, the
+    total as the policy counts it and, the bonus apart, the bonus as an item of its own."""
+    grades = {r["student"]: r for r in csv.DictReader(open(batch / "grades.csv"))}
+    canvas = list(csv.reader(open(batch / "grades-canvas.csv")))
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Attention kit",
+                         "Attention kit bonus"]
+    assert [(r[0], r[3], r[5], r[6]) for r in canvas[1:]] == [(n, n, g["total"], g["bonus"]) for n, g in grades.items()]
+    d2l = list(csv.reader(open(batch / "grades-brightspace.csv")))
+    assert d2l[0] == ["Username", "Attention kit Points Grade", "Attention kit bonus Points Grade",
+                      "End-of-Line Indicator"]
+    assert [tuple(r) for r in d2l[1:]] == [(n, g["total"], g["bonus"], "#") for n, g in grades.items()]
 
 
 def test_what_goes_back_to_students_names_no_instructor_path(batch):

@@ -198,3 +198,52 @@ def test_otter_zip_grades_in_the_environment_its_own_setup_makes(otter_assignmen
     solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
     scores = otter_run(otter_assignment, solved, tmp_path / "run", otter=venv / "bin" / "otter", env=env)
     assert sum(scores.values()) == CORE_POINTS + BONUS_POINTS
+
+
+WHEEL = "attention_kit-0.1.0-py3-none-any.whl"
+
+
+def _first_checks() -> dict[str, str]:
+    """The code opening each edition's first test cell, up to its first call of the grader."""
+    from autograder.instructor.notebooks import build_notebook, otter_master
+
+    nb = next(c["source"] for c in build_notebook(wheel=WHEEL)["cells"] if c["metadata"]["nbgrader"].get("grade"))
+    ot = next(c["source"] for c in otter_master(WHEEL)["cells"] if "check_passed(" in c["source"])
+    return {name: src.split("from autograder.report")[0].removeprefix("# HIDDEN\n") for name, src in
+            (("nbgrader", nb), ("otter", ot))}
+
+
+def test_the_first_test_cell_stops_with_one_sentence_without_the_kit(tmp_path):
+    """Issue 44: a kernel without the kit's wheel, or with another version of it, stops at the first test cell
+    with one sentence naming the wheel to install (on the cell's output and the tool's terminal) and ends the
+    kernel, so nbgrader and otter write no grade (they grade a cell that raises as 0 and go on: a silent 0/100)."""
+    old = tmp_path / "old"
+    (old / "autograder").mkdir(parents=True)
+    (old / "autograder" / "__init__.py").write_text("KIT_VERSION = '0.0.9'\n")
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for edition, code in _first_checks().items():
+        fix = "pip install -r requirements.txt" if edition == "nbgrader" else f"pip install files/{WHEEL}"
+        for path, why in ((None, "has no autograder"), (old, "has version 0.0.9 of the kit's grader, not 0.1.0")):
+            env = {**base, **({"PYTHONPATH": str(path)} if path else {})}
+            p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=60)
+            assert p.returncode == 1 and p.stdout == p.stderr, (edition, p)
+            assert p.stdout.count("\n") == 1 and why in p.stdout and fix in p.stdout and WHEEL in p.stdout, p.stdout
+        p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**base, "PYTHONPATH": str(ROOT)},
+                           capture_output=True, text=True, timeout=60)
+        assert (p.returncode, p.stdout, p.stderr) == (0, "", ""), (edition, p)
+
+
+def test_otter_run_without_the_wheel_stops_and_writes_no_grade(otter_assignment, tmp_path):
+    """Issue 44: `otter run` in an environment with otter and not the kit (this checkout's venv, no PYTHONPATH)
+    graded the solutions 0/100 with exit status 0; now it stops with the sentence and writes no results."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{OTTER.parent}:{env['PATH']}"
+    solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
+    (tmp_path / "attention.ipynb").write_text(json.dumps(solved))
+    zip_path = next((otter_assignment / "autograder").glob("*.zip"))
+    p = subprocess.run([str(OTTER), "run", "-a", str(zip_path), "-o", str(tmp_path), "attention.ipynb"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode != 0 and not (tmp_path / "results.json").exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert "grading stopped: this kernel has no autograder" in p.stdout + p.stderr
+    assert "pip install files/attention_kit-" in p.stdout + p.stderr

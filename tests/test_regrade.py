@@ -216,3 +216,132 @@ def test_a_zip_leaves_none_of_its_code_in_the_temp_folder(tmp_path, monkeypatch)
         rg._zygotes.clear()
     assert r["error"] is None and r["results"]["score"] == CORE_POINTS
     assert not list(tmp.glob("attn-sub-*")), list(tmp.iterdir())
+
+
+FORMULAS = ("=1+1", "+1+1", "-1+1", "@SUM(1)")  # what a spreadsheet would run, as the first cell of a row
+OSC_NAME = "\x1b]0;owned\x07\x1b[2Jeve"  # sets the terminal's title, then clears the screen
+COLOURED = "\x1b[31mred\x1b[0m.txt"
+
+
+def _cells(folder) -> dict[str, list[list[str]]]:
+    return {p.name: list(csv.reader(open(p, newline=""))) for p in folder.glob("*.csv")}
+
+
+def test_staff_files_and_terminal_lines_are_inert(tmp_path, capsys):
+    """Issue 41: submissions named like formulas land in every CSV with a leading quote (OWASP), read back as
+    given; an entry named with an OSC title and a clear-screen sequence and a stray file in colour codes reach
+    the terminal with no ESC byte, through the progress line and the left-out line."""
+    from autograder.instructor.staff_text import read_csv
+
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    for name in (*FORMULAS, OSC_NAME):
+        (batch / name).mkdir()  # no stage module: a row with its error, graded in no time
+    (batch / COLOURED).write_text("a stray file\n")
+    out = regrade(batch, jobs=1, quiet=False, trust=TRUST)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err, repr(err)
+    assert "eve" in err and "red.txt" in err and "left out" in err  # shown, as plain text, the sequences dropped
+    files = _cells(out)
+    assert {"summary.csv", "grades.csv", "grades-canvas.csv", "grades-brightspace.csv", "diagnoses.csv"} <= set(files)
+    for name, rows in files.items():
+        for row in rows:
+            assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for c in row), (name, row)
+    firsts = {row[0] for row in files["grades.csv"][1:]}
+    assert {"'" + f for f in FORMULAS} <= firsts, firsts
+    assert {r["submission"] for r in read_csv(out / "summary.csv")} == {*FORMULAS, OSC_NAME}
+
+
+def test_diagnoses_csv_cells_are_inert(tmp_path):
+    """diagnoses.csv, from a results folder whose student is named like a formula."""
+    from autograder.instructor import class_report
+
+    results = tmp_path / "results"
+    results.mkdir()
+    failing = {"name": "t", "score": 0, "max_score": 1, "status": "failed", "output": "",
+               "extra_data": {"stage": "masking", "check": "offset_mask", "diagnosis": "mask-top-left"}}
+    for name in FORMULAS:
+        (results / f"{name}.json").write_text(json.dumps({"score": 80, "tests": [failing], "extra_data": {
+            "stages": {"masking": {"score": 0, "max_score": 1, "status": "failed", "blocked_by": None}}}}))
+    class_report.write(results)
+    rows = _cells(results)["diagnoses.csv"]
+    assert sorted(r[0] for r in rows[1:]) == sorted("'" + f for f in FORMULAS)
+    assert rows[1][1:5] == ["masking", "offset_mask", "failed", "mask-top-left"]
+
+
+def test_regrade_stops_before_grading_where_the_separate_uid_is_off(tmp_path, monkeypatch):
+    """Issue 44: without a uid of its own per submission, regrade says why and how to fix it in one sentence,
+    before grading anything (no results folder); SAME_UID=1 goes on."""
+    import sys
+
+    import autograder.instructor.regrade as rg
+
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    monkeypatch.setenv("ATTN_SANDBOX_SAME_USER", "1")
+    if not namespaces.available():
+        pytest.skip("without namespaces the refusal is the TRUST=1 one (test_platforms)")
+    with pytest.raises(rg.Untrusted) as e:
+        regrade(batch, quiet=True)
+    assert "ATTN_SANDBOX_SAME_USER is set" in str(e.value) and "SAME_UID=1" in str(e.value)
+    assert "\n" not in str(e.value) and not (tmp_path / "batch-results").exists()
+    out = regrade(batch, quiet=True, same_uid=True)
+    assert (out / "grades.csv").is_file()
+
+    # a root whose interpreter lies in a folder other users cannot enter (a pyenv under /root)
+    monkeypatch.delenv("ATTN_SANDBOX_SAME_USER")
+    private = tmp_path / "private"
+    (private / "bin").mkdir(parents=True)
+    (private / "bin" / "python").write_text("")
+    private.chmod(0o700)
+    monkeypatch.setattr(rg, "separate_user_possible", lambda: False)
+    monkeypatch.setattr(rg.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(sys, "executable", str(private / "bin" / "python"))
+    why, fix = rg.why_no_separate_uid()
+    closed = why.split(": ")[-1].split(" is closed")[0]
+    assert str(private / "bin" / "python").startswith(closed + os.sep), why
+    assert "PYTHON=" in fix
+
+
+@pytest.mark.slow
+def test_regrade_counts_the_bonus_as_the_policy_says(tmp_path):
+    """Issue 44: BONUS=apart keeps the bonus beside the total (grades.csv's total is the core; the LMS files carry
+    the bonus as an item of its own), BONUS=folded counts it in the total (one LMS item)."""
+    batch = tmp_path / "batch"
+    batch.mkdir()
+    shutil.copytree(SOLUTIONS, batch / "alice")
+    shutil.copytree(variant(tmp_path / "v", {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}),
+                    batch / "bob")
+    graded = {policy: regrade(batch, tmp_path / policy, jobs=2, quiet=True, trust=TRUST, bonus=policy)
+              for policy in ("apart", "folded")}
+    apart, folded = ({r["student"]: r for r in csv.DictReader(open(graded[p] / "grades.csv"))} for p in graded)
+    assert (float(apart["alice"]["total"]), float(apart["alice"]["bonus"])) == (CORE_POINTS, BONUS_POINTS)
+    assert float(folded["alice"]["total"]) == CORE_POINTS + BONUS_POINTS
+    for name in ("alice", "bob"):
+        core, bonus = float(apart[name]["core"]), float(apart[name]["bonus"])
+        assert float(apart[name]["total"]) == core and float(folded[name]["total"]) == core + bonus
+        assert (float(folded[name]["core"]), float(folded[name]["bonus"])) == (core, bonus)
+        assert json.loads((graded["folded"] / f"{name}.json").read_text())["score"] == core + bonus
+    assert float(apart["bob"]["bonus"]) < BONUS_POINTS  # gqa and rope reach bob's mask
+    assert next(csv.reader(open(graded["folded"] / "grades-canvas.csv")))[5:] == ["Attention kit"]
+    assert next(csv.reader(open(graded["apart"] / "grades-canvas.csv")))[5:] == ["Attention kit", "Attention kit bonus"]
+    summary = {r["submission"]: r for r in csv.DictReader(open(graded["folded"] / "summary.csv"))}
+    assert float(summary["bob"]["total"]) == float(folded["bob"]["total"])
+
+
+def test_make_regrade_passes_bonus_item_and_same_uid_to_the_command(monkeypatch, tmp_path):
+    """`make regrade BONUS=folded ITEM=... SAME_UID=1` reaches regrade() as those arguments."""
+    import subprocess
+
+    from conftest import ROOT
+
+    import autograder.instructor.regrade as rg
+    from autograder.cli import main
+
+    made = subprocess.run(["make", "-n", "regrade", "DIR=x", "BONUS=folded", "SAME_UID=1", "ITEM=HW 3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60).stdout
+    assert '--bonus folded --same-uid --item "HW 3"' in made, made
+    seen = {}
+    monkeypatch.setattr(rg, "regrade", lambda folder, *a, **kw: seen.update(kw) or tmp_path)
+    assert main(["regrade", "x", "--bonus", "folded", "--same-uid", "--item", "HW 3"]) == 0
+    assert (seen["bonus"], seen["same_uid"], seen["item"]) == ("folded", True, "HW 3")

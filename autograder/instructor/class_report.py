@@ -25,7 +25,6 @@ summary.csv does, under --anonymize too.
 """
 import argparse
 import base64
-import csv
 import hashlib
 import html
 import io
@@ -37,7 +36,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..results import Failure
-from ..stages import CATALOGUE, SHOWN_ORDER, STAGES, mistakes_of, stage_of_file
+from ..stages import BY_NAME, CATALOGUE, SHOWN_ORDER, STAGES, mistakes_of, stage_of_file
+from .staff_text import read_csv, write_csv
 
 STATUSES = ("passed", "failed", "blocked", "not_started")
 
@@ -92,7 +92,7 @@ def load(results_dir: Path) -> Batch:
                 batch.pages.add(entry)
     summary = results_dir / "summary.csv"
     if summary.is_file():
-        for row in csv.DictReader(open(summary)):
+        for row in read_csv(summary):
             entry = row["submission"]
             if row.get("error"):
                 batch.errors[entry] = row["error"]
@@ -111,6 +111,53 @@ def students(batch: Batch) -> dict[str, Student]:
         graded = [e for e in entries if e in batch.results]
         counted = max(graded, key=lambda e: (batch.results[e]["score"], batch.modified.get(e, ""), e), default=None)
         out[name] = Student(name, entries, counted)
+    return out
+
+
+def points(result: dict) -> tuple[float, float, float]:
+    """(total, core, bonus) of one submission's results: the total as its bonus policy counts it (`folded`: core
+    and bonus together; `apart`: the core alone, the bonus beside it), as every channel writes `score`."""
+    bonus = result["extra_data"].get("bonus") or {}
+    extra = float(bonus.get("score", 0.0))
+    total = float(result["score"])
+    return total, total - extra if bonus.get("policy") == "folded" else total, extra
+
+
+def policy_of(results: list[dict]) -> str:
+    """The bonus policy the class's results were graded under (the one most of them name; `apart` if none)."""
+    named = Counter((r["extra_data"].get("bonus") or {}).get("policy", "apart") for r in results)
+    return named.most_common(1)[0][0] if named else "apart"
+
+
+@dataclass(frozen=True)
+class Failing:
+    """One thing a student has left to fix: a failing check (its stage failed on its own, or is blocked by an
+    earlier one it calls), or a stage not started (check empty)."""
+
+    stage: str
+    check: str
+    status: str  # failed | blocked | not_started
+    diagnosis: str = ""  # catalogue ids, '+'-joined, as the check named them
+    blocked_by: str = ""
+
+
+def failing(result: dict) -> list[Failing]:
+    """Every failing check of one submission's results, in the stages' order; a stage not started is one entry."""
+    stages = result["extra_data"].get("stages", {})
+    out, order = [], {s.name: i for i, s in enumerate(SHOWN_ORDER)}
+    for t in sorted(result["tests"], key=lambda t: order.get(t.get("extra_data", {}).get("stage"), len(order))):
+        data = t.get("extra_data", {})
+        stage = stages.get(data.get("stage"), {})
+        status = stage.get("status", "failed")
+        if t.get("status") != "failed" or status == "passed":
+            continue
+        if status == "not_started":
+            entry = Failing(data["stage"], "", status)
+        else:
+            entry = Failing(data["stage"], data.get("check", ""), status, data.get("diagnosis") or "",
+                            stage.get("blocked_by") or "")
+        if entry not in out:
+            out.append(entry)
     return out
 
 
@@ -289,18 +336,22 @@ def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> 
                                             for st in who.values() if st.counted)]
     columns = (f" Columns {stages[0].number} to {stages[-1].number}: the points of each stage (numbered as in the "
                "stages' table; * bonus)." if stages else "")
-    out = [f"<h2>Students</h2><p>Click a column's header to sort by it.{columns}</p>"
+    policy = policy_of([batch.results[st.counted] for st in who.values() if st.counted])
+    counts = ("core and bonus together (the course folds the bonus in)" if policy == "folded"
+              else "the core points (the course keeps the bonus apart, in its own column)")
+    out = [f"<h2>Students</h2><p>The total is {counts}. Click a column's header to sort by it.{columns}</p>"
            "<table id='students' class='sortable'><thead><tr><th>student</th><th class='num'>total</th>"
+           "<th class='num'>core</th><th class='num'>bonus</th>"
            + "".join(f"<th class='num' title='{e(s.name)}'>{s.number}{'*' if s.bonus else ''}</th>" for s in stages)
            + "<th>submissions</th></tr></thead><tbody>"]
     for st in sorted(who.values(), key=lambda st: show(st.name)):  # pseudonyms in their own order, not the names'
         shown = show(st.name)
         if st.counted is None:
-            cells = "<td data-v='-1' class='none'>none graded</td>" + "<td data-v='-1'></td>" * len(stages)
+            cells = "<td data-v='-1' class='none'>none graded</td>" + "<td data-v='-1'></td>" * (len(stages) + 2)
         else:
             r = batch.results[st.counted]
             graded = r["extra_data"]["stages"]
-            cells = f"<td data-v='{r['score']:g}'>{r['score']:g}</td>" + "".join(
+            cells = "".join(f"<td data-v='{v:g}'>{v:g}</td>" for v in points(r)) + "".join(
                 f"<td data-v='{graded[s.name]['score']:g}'>{graded[s.name]['score']:g}</td>" if s.name in graded
                 else "<td data-v='-1'></td>" for s in stages)
         subs = []
@@ -320,23 +371,120 @@ def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> 
 
 
 def grades_rows(who: dict[str, Student], batch: Batch) -> list[list]:
-    """grades.csv: a header, then one row per student (real names: it is for the LMS)."""
-    rows: list[list] = [["student", "total", *[s.column for s in SHOWN_ORDER], "submission", "error"]]
+    """grades.csv: a header, then one row per student (real names: it is for the LMS): the total as the bonus
+    policy counts it, the core and bonus points, each stage's, the submission counted."""
+    rows: list[list] = [["student", "total", "core", "bonus", *[s.column for s in SHOWN_ORDER], "submission", "error"]]
     for st in who.values():
         if st.counted is None:
             why = "; ".join(f"{x}: {batch.errors.get(x, '')}" for x in st.entries)
-            rows.append([st.name, 0, *[0 for _ in SHOWN_ORDER], "", why])
+            rows.append([st.name, 0, 0, 0, *[0 for _ in SHOWN_ORDER], "", why])
             continue
         r = batch.results[st.counted]
         graded = r["extra_data"]["stages"]
-        rows.append([st.name, f"{r['score']:g}", *[f"{graded[s.name]['score']:g}" if s.name in graded else 0
-                                                    for s in SHOWN_ORDER], st.counted, ""])
+        rows.append([st.name, *[f"{v:g}" for v in points(r)],
+                     *[f"{graded[s.name]['score']:g}" if s.name in graded else 0 for s in SHOWN_ORDER], st.counted, ""])
     return rows
 
 
+ITEM = "Attention kit"  # the grade item's name in the LMS files (`make regrade ITEM=...`)
+
+
+@dataclass(frozen=True)
+class Lms:
+    """One LMS's grade import: its file, the columns before the grades (the student's identifier goes in each
+    of `ids`), how a grade item's column is named, and the columns after the grades."""
+
+    file: str
+    before: tuple[str, ...]
+    ids: tuple[str, ...]
+    item_column: str  # with {item}
+    after: tuple[tuple[str, str], ...] = ()  # (column, the value of every row)
+
+
+LMS = (
+    # Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one column per assignment
+    # (a name Canvas does not know becomes a new assignment, or is ignored, as the import page asks)
+    Lms("grades-canvas.csv", ("Student", "ID", "SIS User ID", "SIS Login ID", "Section"), ("Student", "SIS Login ID"),
+        "{item}"),
+    # Brightspace (D2L): Username (or OrgDefinedId), one "<item> Points Grade" column per grade item, and the
+    # End-of-Line Indicator column holding "#"
+    Lms("grades-brightspace.csv", ("Username",), ("Username",), "{item} Points Grade", (("End-of-Line Indicator", "#"),)),
+)
+
+
+def lms_rows(lms: Lms, grades: list[list], policy: str, item: str = ITEM) -> list[list]:
+    """`lms`'s import file from grades.csv's rows: the total as the policy counts it for the grade item, and
+    with the bonus apart, the bonus as an item of its own (`<item> bonus`)."""
+    head = grades[0]
+    items = [("total", item)] + ([("bonus", f"{item} bonus")] if policy == "apart" else [])
+    out = [[*lms.before, *[lms.item_column.format(item=name) for _, name in items], *[c for c, _ in lms.after]]]
+    for row in grades[1:]:
+        by = dict(zip(head, row))
+        ids = [by["student"] if c in lms.ids else "" for c in lms.before]
+        out.append([*ids, *[by[col] for col, _ in items], *[v for _, v in lms.after]])
+    return out
+
+
+def _check_doc(stage: str, check: str) -> str:
+    """What a check checks: the first line of its docstring (empty for a name the declarations do not hold)."""
+    found = [c.doc for c in BY_NAME[stage].checks if c.name == check] if stage in BY_NAME else []
+    return found[0] if found else ""
+
+
+def _what_is_left(items: list[Failing]) -> str:
+    """One student's failing checks as the page lists them: each own failure with its diagnosis, a blocked or
+    unstarted stage once."""
+    shown: list[str] = []
+    for f in items:
+        if f.status == "failed":
+            text = f"{f.stage}: {f.check}" + (f" ({f.diagnosis.replace('+', ', ')})" if f.diagnosis else "")
+        else:
+            text = f"{f.stage}: " + (f"blocked by {f.blocked_by}" if f.status == "blocked" else "not started")
+        if text not in shown:
+            shown.append(text)
+    return "; ".join(html.escape(t) for t in shown)
+
+
+def failing_sections(left: dict[str, list[Failing]], show) -> list[str]:
+    """Per student, every failing check (with its diagnosis); for the class, the checks failed most often (by
+    students whose stage failed on its own: a blocked stage's checks are its blocker's), each with how many."""
+    e = html.escape
+    out: list[str] = []
+    rows = [(show(name), items) for name, items in left.items() if items]
+    if not rows:
+        return out
+    out.append("<h2>What each student has left</h2><p>Every failing check, with its diagnosis where there is one; "
+               "a stage blocked by an earlier one it calls, or not started, once.</p><table id='failing'>"
+               "<tr><th>student</th><th>failing checks</th></tr>")
+    out += [f"<tr><td class='name'>{e(n)}</td><td class='name'>{_what_is_left(items)}</td></tr>"
+            for n, items in sorted(rows)]
+    out.append("</table>")
+    own: Counter = Counter()  # (stage, check) -> students who failed it in a stage failing on its own
+    named: dict[tuple[str, str], Counter] = {}  # (stage, check) -> the diagnoses it named, by students
+    for items in left.values():
+        for f in items:
+            if f.status == "failed":
+                own[(f.stage, f.check)] += 1
+                named.setdefault((f.stage, f.check), Counter()).update(m.id for m in mistakes_of(f.diagnosis))
+    if own:
+        out.append("<h2>Checks failed most often</h2><p>By how many students failed each in a stage of their own "
+                   "failing (not blocked), with the diagnoses it named: a recitation's plan.</p><table id='most_failed'>"
+                   "<tr><th>students</th><th>stage</th><th>check</th><th>what it checks</th><th>diagnoses</th></tr>")
+        number = {s.name: s.number for s in STAGES}
+        for (stage, check), n in sorted(own.items(), key=lambda kv: (-kv[1], number.get(kv[0][0], 99), kv[0][1])):
+            diag = ", ".join(f"{d} ({c})" for d, c in named[(stage, check)].most_common())
+            out.append(f"<tr><td>{n}</td><td class='name'>{e(stage)}</td><td class='name'>{e(check)}</td>"
+                       f"<td class='name'>{e(_check_doc(stage, check))}</td><td class='name'>{e(diag)}</td></tr>")
+        out.append("</table>")
+    return out
+
+
+DIAGNOSES_HEAD = ["student", "stage", "check", "status", "diagnosis", "blocked_by"]
+
+
 def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], list[list]]:
-    """(the page, the diagnoses.csv rows, the grades.csv rows). Under `anonymize` the page has no links to
-    the submissions' files, whose names are the students' names."""
+    """(the page, the diagnoses.csv rows (DIAGNOSES_HEAD: one per student and failing check), the grades.csv
+    rows). Under `anonymize` the page has no links to the submissions' files, whose names are the students'."""
     show = pseudonym if anonymize else (lambda n: n)
     e = html.escape
     who = students(batch)
@@ -360,6 +508,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
               "name): the higher total counts, of equal totals the one changed last." if merged else "")
            + f"{' Names are pseudonyms.' if anonymize else ''}</p>"]
     out += students_table(who, batch, show, links=not anonymize)
+    left = {name: failing(r) for name, r in counted.items()}
     if counted:
         totals = [r["score"] for r in counted.values()]
         top = max(sum(t["max_score"] for t in r["tests"]) for r in counted.values()) or max(totals) or 1
@@ -390,6 +539,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
             out.append(f"<tr><td>{c}</td><td class='name'>{e(d)}</td><td class='name'>{e(where[d])}</td>"
                        f"<td class='name'>{e(m.explanation)}</td><td class='name'>{e(m.reread)}</td></tr>")
         out.append("</table>")
+    out += failing_sections(left, show)
     if blocked_by:
         out.append("<h2>Stages that block others</h2>")
         out.append("<table id='blocking'><tr><th>stage</th><th>students blocked by it</th><th>stages blocked</th></tr>")
@@ -413,22 +563,23 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
             out.append(f"<tr><td class='name'>{e(shown(entry))}</td><td class='name'>{e(hide_name(what, entry))}</td></tr>")
         out.append("</table>")
     out.append(f"<script>{SORT_SCRIPT}</script></body></html>")
-    csv_rows = sorted([show(name), d, stage_seen[name][d]] for name, ds in per_student.items() for d in ds)
+    csv_rows = sorted([show(name), f.stage, f.check, f.status, f.diagnosis, f.blocked_by]
+                      for name, items in left.items() for f in items)
     return "\n".join(out), csv_rows, grades_rows(who, batch)
 
 
-def write(results_dir: Path, out: Path | None = None, anonymize: bool = False) -> Path:
-    """class-report.html, grades.csv and diagnoses.csv in `out` (default: results_dir)."""
+def write(results_dir: Path, out: Path | None = None, anonymize: bool = False, item: str = "") -> Path:
+    """class-report.html, grades.csv, each LMS's import file (LMS) and diagnoses.csv in `out` (default:
+    results_dir), every cell safe to open in a spreadsheet. `item` names the grade item in the LMS files."""
     batch = load(results_dir)
     out = Path(out or results_dir)
     page, rows, grades = build(batch, anonymize)
     (out / "class-report.html").write_text(page)
-    with open(out / "diagnoses.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["student", "diagnosis", "stage"])  # one row per student (grades.csv names them alike)
-        w.writerows(rows)
-    with open(out / "grades.csv", "w", newline="") as f:
-        csv.writer(f).writerows(grades)
+    write_csv(out / "diagnoses.csv", [DIAGNOSES_HEAD, *rows])  # names as in grades.csv, or pseudonyms
+    write_csv(out / "grades.csv", grades)
+    policy = policy_of(list(batch.results.values()))
+    for lms in LMS:
+        write_csv(out / lms.file, lms_rows(lms, grades, policy, item or ITEM))
     return out / "class-report.html"
 
 
@@ -436,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autograder class-report")
     p.add_argument("results_dir")
     p.add_argument("--anonymize", action="store_true", help="stable pseudonyms instead of folder names")
+    p.add_argument("--item", default=ITEM, help=f"the grade item's name in the LMS files (default {ITEM!r})")
     args = p.parse_args(argv)
-    print(f"wrote {write(Path(args.results_dir), anonymize=args.anonymize)}, grades.csv and diagnoses.csv")
+    page = write(Path(args.results_dir), anonymize=args.anonymize, item=args.item)
+    print(f"wrote {page}, grades.csv, {', '.join(lms.file for lms in LMS)} and diagnoses.csv")
     return 0

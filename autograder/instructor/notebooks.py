@@ -19,6 +19,7 @@ import json
 import re
 from pathlib import Path
 
+from .. import KIT_VERSION
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY
 from ..stages import CHECKS, STAGES, SUBMISSION_FILES
 
@@ -78,7 +79,29 @@ APART = ("\n\nA bonus stage: it is graded, and its score shown, apart from the c
          "this notebook's total.")
 
 
-def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
+def kit_check(fix: str) -> str:
+    """Code that opens the first test cell: where this kernel lacks the kit's grader, or has another version of
+    it, one sentence naming `fix` (on the cell's output and the grading tool's terminal) and the kernel ends,
+    so the tool writes no grade at all (never a silent 0: nbgrader and otter grade a raising cell as 0 and
+    go on)."""
+    return ("import importlib.util as _u, os as _os\n"
+            f"_want = {KIT_VERSION!r}\n"
+            "_have = getattr(__import__('autograder'), 'KIT_VERSION', 'another') if _u.find_spec('autograder') else None\n"
+            "if _have != _want:\n"
+            "    _why = ('this kernel has no autograder (the kit\\'s grader)' if _have is None else\n"
+            "            f'this kernel has version {_have} of the kit\\'s grader, not {_want}')\n"
+            f"    _say = 'grading stopped: ' + _why + '; ' + {fix + ', then grade again.'!r} + '\\n'\n"
+            "    print(_say, end='', flush=True)\n"
+            "    _os.write(2, _say.encode())\n"
+            "    _os._exit(1)\n")
+
+
+NBGRADER_FIX = ("install the kit's wheel into the grading environment from the course folder "
+                "(pip install -r requirements.txt, which names ./{wheel})")
+OTTER_FIX = "install files/{wheel} from the autograder zip (pip install files/{wheel})"
+
+
+def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY, wheel: str = "") -> dict:
     cells = [_cell("markdown", "# Attention, stage by stage\n\nFill in each stage's code where it says so, then "
                    "run its test cell. The numbers checked come from Article A (\"Attention from First Principles: "
                    "One Complete Calculation\") and Article B (\"Transformer attention from first principles\"). "
@@ -89,6 +112,7 @@ def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
     files = notebook_files()
     for s in STAGES:
         worth = counted(s, bonus_policy)
+        check = kit_check(NBGRADER_FIX.format(wheel=wheel or "attention_kit-*.whl")) if s == STAGES[0] else ""
         cells.append(_cell("markdown", f"## Stage {s.number}: {s.name}\n\n{s.intro}" + ("" if worth else APART),
                            {"grade": False, "solution": False, "locked": True, "grade_id": f"about_{s.name}"}))
         for f in files[s.name]:
@@ -98,7 +122,7 @@ def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
                                 "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
         # one grade per cell: the hidden-test block only switches the hidden checks on, so the student's
         # copy (where nbgrader removed it) grades the public checks, and autograding grades once with both
-        test = ("from autograder.report.notebook_cells import grade_stage\n"
+        test = (check + "from autograder.report.notebook_cells import grade_stage\n"
                 "hidden = False\n"
                 "### BEGIN HIDDEN TESTS\n"
                 "hidden = True\n"
@@ -126,8 +150,8 @@ COURSE_README = """\
 # The attention course for nbgrader
 
 The notebook's test cells import the kit's grader (`autograder`), so the Python that runs nbgrader
-(and its kernel) must have the kit installed; a test cell that cannot import it fails. From this
-folder:
+(and its kernel) must have the kit installed: without it (or with another version) the first test cell
+says which wheel to install and ends the kernel, so autograde records no grade. From this folder:
 
 ```sh
 python3 -m venv .venv
@@ -168,7 +192,8 @@ def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader", bonus_policy: str = 
     (out / "requirements.txt").write_text(course_requirements(wheel))
     (out / "README.md").write_text(COURSE_README.format(wheel=wheel))
     (out / "nbgrader_config.py").write_text(CONFIG)
-    (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(build_notebook(bonus_policy), indent=1))
+    notebook = build_notebook(bonus_policy, wheel)
+    (out / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(notebook, indent=1))
     return out
 
 
@@ -213,6 +238,7 @@ def otter_master(wheel: str, bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
         cells.append(_raw("# BEGIN TESTS"))
         for c in stage_checks:
             head = "# HIDDEN\n" if c.visibility == "hidden" else ""
+            head += kit_check(OTTER_FIX.format(wheel=wheel)) if s == STAGES[0] and c is stage_checks[0] else ""
             cells.append(_code(f"{head}from autograder.report.notebook_cells import check_passed\n"
                                f"check_passed({s.name!r}, {c.name!r})", "True"))
         cells.append(_raw("# END TESTS"))

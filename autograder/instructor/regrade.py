@@ -8,11 +8,11 @@ grades.csv (class_report.py), where one student's entries count as one. A broken
 row with its error, never the end of the batch; so is a file handed in as a submission that cannot be
 graded (entries).
 """
-import csv
 import json
 import multiprocessing
 import multiprocessing.util
 import os
+import stat
 import sys
 import threading
 import time
@@ -22,13 +22,14 @@ from pathlib import Path
 
 from ..feedback.advice import handed_in
 from ..grade import grade
-from ..report.gradescope_json import results_json
+from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, results_json
 from ..report.html import render
 from ..sandbox import namespaces
 from ..sandbox.launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
 from ..sandbox.submission import ARCHIVES, NotASubmission, discard, show, survey
 from ..stages import STAGES, SUBMISSION_FILES
 from .gradescope import derive_seed
+from .staff_text import one_line, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,7 +68,7 @@ def _servers(hide: list[Path] = (), fresh: bool = False) -> dict[str, ForkServer
 
 
 def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: list[Path] = (),
-              fresh: bool = False) -> dict:
+              fresh: bool = False, bonus: str = DEFAULT_BONUS_POLICY) -> dict:
     """{"results": its results JSON, "html": its report.html, "error": None}, or the error that stopped it.
     Every message names the submission's files as the student handed them in (`masking.py`, not the
     batch's path on the instructor's machine), so the JSON and the page can go back to the student."""
@@ -87,7 +88,7 @@ def grade_one(path: Path, secret: str | None, seed: int, timeout: float, hide: l
             # maybe one graded beside this one): grade again, so only the culprit loses its points
             res = grade(sub, seed=seed, timeout=timeout, zygote=_servers(hide, fresh))
         res.next_step = handed_in(res.next_step)  # the page goes back to a student whose work is handed in
-        return {"results": results_json(res, notes=found.notes), "html": render(res), "error": None}
+        return {"results": results_json(res, notes=found.notes, bonus_policy=bonus), "html": render(res), "error": None}
     except Exception as e:  # noqa: BLE001 - a broken submission is a row, not the end of the batch
         why = (str(e) if isinstance(e, NotASubmission) else f"{type(e).__name__}: {e}").replace(str(path) + ": ", "", 1)
         why = why.replace(str(path.parent) + os.sep, "")  # the batch's path is the instructor's
@@ -109,14 +110,65 @@ class Progress:
             filled = int(width * self.done / max(self.total, 1))
             rate = self.done / max(time.monotonic() - self.t0, 1e-9) * 60
             self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                              f"{rate:5.1f}/min  {name[:30]:<30}")
+                              f"{rate:5.1f}/min  {one_line(name)[:30]:<30}")  # a name is the student's choice
             if self.done == self.total:
                 self.stream.write("\n")
             self.stream.flush()
 
+    def closing(self) -> str:
+        """The run's last line: its rate, and the machine's load beside its cores (a busy machine grades slower)."""
+        seconds = time.monotonic() - self.t0
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        return (f"graded {self.done} submissions in {seconds:.0f} s, {self.done / max(seconds, 1e-9) * 60:.1f} a minute; "
+                f"this machine's load average was {load:.1f} on {os.cpu_count()} cores at the end (other work on it "
+                "slows a regrade down: bench/README.md gives the rate on a quiet machine)")
+
 
 class Untrusted(Exception):
-    """regrade was asked to run others' code where nothing separates it from the instructor's account."""
+    """regrade was asked to run others' code where nothing separates it from the instructor's account, or where
+    the submissions would share the grader's uid though the instructor did not say so."""
+
+
+def _private_folder(path: Path) -> Path | None:
+    """The first folder on the way to `path` (as given, then as resolved) that other users cannot enter, or
+    `path` itself if they cannot read it; None where they can reach it."""
+    for full in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            for folder in reversed(full.parents):  # from / down
+                if not folder.stat().st_mode & stat.S_IXOTH:
+                    return folder
+            if not full.stat().st_mode & stat.S_IROTH:
+                return full
+        except OSError:
+            return full
+    return None
+
+
+def why_no_separate_uid() -> tuple[str, str] | None:
+    """(why each submission would run under the grader's own uid, what to do about it), or None where each
+    gets a uid of its own (root, and an interpreter and numpy that other users can run)."""
+    if separate_user_possible():
+        return None
+    if os.geteuid() != 0:
+        return ("you are not root (only root can give each submission a uid of its own)",
+                "run it as root, e.g. in a container")
+    if os.environ.get("ATTN_SANDBOX_SAME_USER"):
+        return "ATTN_SANDBOX_SAME_USER is set", "unset ATTN_SANDBOX_SAME_USER"
+    import importlib.util
+
+    numpy = importlib.util.find_spec("numpy")
+    paths = [Path(sys.executable)] + ([Path(numpy.origin)] if numpy and numpy.origin else [])
+    private = next((f for f in map(_private_folder, paths) if f is not None), None)
+    where = f"{private} is closed to other users" if private else "other users cannot run it"
+    return (f"this interpreter ({sys.executable}) or its numpy lies where the sandbox's uids cannot reach it: "
+            f"{where} (a pyenv or a checkout under /root, say)",
+            "make the kit's venv, in a folder others can enter, from a Python they can run "
+            "(rm -rf .venv && make setup PYTHON=/usr/bin/python3)")
+
+
+SAME_UID = ("make regrade stopped before grading anything: the sandbox's separate uid is off, so every submission "
+            "would run under your own uid with only namespaces between them, because {why}; to fix it, {fix}, or "
+            "go on anyway with SAME_UID=1 (python -m autograder regrade --same-uid).")
 
 
 UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing separates it from your account "
@@ -130,17 +182,25 @@ UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing
 
 def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secret: str | None = None,
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
-            trust: bool = False, fork_server: bool = False) -> Path:
+            trust: bool = False, fork_server: bool = False, bonus: str = DEFAULT_BONUS_POLICY,
+            same_uid: bool = False, item: str = "") -> Path:
     """Raises Untrusted before running anything where no boundary exists between the submissions and the
     instructor (no separate uid, no namespaces), unless `trust`. As root, every child is forked from a
     warm server (numpy and torch imported once; the numpy children's without torch) and runs under a uid of its
     own; where namespaces exist each server and its children are inside one set (no network, a file system that
     holds none of the batch, the results, the checkout or home), else the reference, solutions, tests, batch and results are made
     root-only for the batch. An ordinary user with namespaces gets a new interpreter per child, each in
-    namespaces of its own. `fork_server` is kept for the command line: as root it is what happens anyway."""
+    namespaces of its own. `fork_server` is kept for the command line: as root it is what happens anyway.
+    Where there are namespaces but no separate uid, raises Untrusted (why, and the fix) unless `same_uid` or
+    `trust`. `bonus` (BONUS_POLICIES) is how the totals count the bonus stages, as in every channel's build;
+    `item` names the grade item in the LMS files (class_report.LMS)."""
     folder = Path(folder)
+    assert bonus in BONUS_POLICIES, bonus
     if not trust and not separate_user_possible() and not namespaces.available():
         raise Untrusted(UNTRUSTED.format(folder=folder))
+    off = None if trust or same_uid else why_no_separate_uid()
+    if off:
+        raise Untrusted(SAME_UID.format(why=off[0], fix=off[1]))
     if fork_server and not separate_user_possible():
         raise Untrusted("--fork-server (FORK_SERVER=1) needs root and an interpreter other users can run: without "
                         "namespaces, only a uid of its own separates each submission from the others")
@@ -151,19 +211,20 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     subs = entries(folder)
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
-    if others(folder):
-        progress.stream.write(f"not submissions, left out: {', '.join(others(folder))}\n")
+    if others(folder):  # names the students chose: one printable line
+        progress.stream.write(f"not submissions, left out: {one_line(', '.join(others(folder)))}\n")
     rows = {}
     locked = {} if namespaced else _lock_down([ROOT / "solutions", ROOT / "attn_ref", ROOT / "tests", folder, out])
     try:
-        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh)
+        _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh, bonus)
     finally:
         for path, mode in locked.items():
             path.chmod(mode)
     _write_csv(out, rows)
     from .class_report import write
 
-    write(out, anonymize=anonymize)  # class-report.html and diagnoses.csv: what the class gets wrong
+    write(out, anonymize=anonymize, item=item)  # class-report.html, grades*.csv, diagnoses.csv
+    progress.stream.write(progress.closing() + "\n")
     return out
 
 
@@ -179,7 +240,7 @@ def _lock_down(paths: list[Path]) -> dict[Path, int]:
     return modes
 
 
-def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh: bool) -> None:
+def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, fresh: bool, bonus: str) -> None:
     """One process per job (the grader's own work needs a core too, which threads would share under one
     GIL), all sharing a fork server for each kind of child that imports numpy and torch once for the whole batch
     (one torch-sized process instead of one per core; the numpy children's never loads torch), unless every child
@@ -195,7 +256,7 @@ def _grade_all(subs, out, rows, jobs, secret, seed, timeout, folder, progress, f
             context.Lock(), namespaces.available(), hide, wait=False, torch=kind == "torch")
     try:  # the grading processes start while the servers load numpy and torch: a numpy side needs no torch
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, fresh): p for p in subs}
+            futures = {pool.submit(grade_one, p, secret, seed, timeout, hide, fresh, bonus): p for p in subs}
             from .class_report import prepare
 
             prepare()  # the class report's plotting library loads now, beside the first grades, not after the last
@@ -229,16 +290,19 @@ def _modified(path: Path) -> str:
 
 
 def _write_csv(out: Path, rows: dict) -> None:
-    """summary.csv: one row per submission (an entry of the batch), as graded; grades.csv, written with the
-    class report, has one row per student."""
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["submission", "total", *[s.column for s in STAGES], "error", "modified"])
-        for name in sorted(rows):
-            r = rows[name]
-            if r["results"] is None:
-                w.writerow([name, 0, *[0 for _ in STAGES], r["error"], r.get("modified", "")])
-                continue
-            st = r["results"]["extra_data"]["stages"]  # numbers written as grades.csv writes them (83, 5.5)
-            w.writerow([name, f"{r['results']['score']:g}", *[f"{st.get(s.name, {}).get('score', 0):g}" for s in STAGES],
-                        "", r.get("modified", "")])
+    """summary.csv: one row per submission (an entry of the batch), as graded: its total as the bonus policy
+    counts it, its core and bonus points, each stage's; every cell safe to open in a spreadsheet (staff_text).
+    grades.csv, written with the class report, has one row per student."""
+    from .class_report import points
+
+    table = [["submission", "total", "core", "bonus", *[s.column for s in STAGES], "error", "modified"]]
+    for name in sorted(rows):
+        r = rows[name]
+        if r["results"] is None:
+            table.append([name, 0, 0, 0, *[0 for _ in STAGES], r["error"], r.get("modified", "")])
+            continue
+        total, core, bonus = points(r["results"])
+        st = r["results"]["extra_data"]["stages"]  # numbers written as grades.csv writes them (83, 5.5)
+        table.append([name, f"{total:g}", f"{core:g}", f"{bonus:g}",
+                      *[f"{st.get(s.name, {}).get('score', 0):g}" for s in STAGES], "", r.get("modified", "")])
+    write_csv(out / "summary.csv", table)
