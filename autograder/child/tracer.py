@@ -8,6 +8,11 @@ them with the reference's intermediate values (autograder/feedback/steps.py) to 
 values part ways. Only the small probe inputs are traced, and everything kept is capped, so the cost
 stays small; nothing recorded here decides a point.
 
+A record of a line that wrote into an array the caller passed in (the outermost call's arguments) says so
+(`mutated`), and each `F.scaled_dot_product_attention` call made while tracing is recorded at the student's line
+that made it (name `scaled_dot_product_attention`, no value, `sdpa`: what the call lets each query see, its
+dropout_p and scale), so that a mistake inside that one call is compared by its arguments.
+
 The guard (child/guard.py) lets this module call `sys.settrace`: its frame lies in the grader's child
 folder. A record holds only plain data (file, function, line, name, an array), never a frame.
 """
@@ -61,6 +66,8 @@ class Recorder:
         self.seen: dict[int, dict] = {}  # id(frame) -> {name: key of the value last recorded}
         self.last_line: dict[int, int] = {}
         self.full = False
+        self.outer: dict[int, str] = {}  # id of an object the outermost call was handed -> its parameter name
+        self.depth = 0
 
     def _file(self, filename: str) -> str | None:
         known = self.files.get(filename, 0)
@@ -76,6 +83,12 @@ class Recorder:
             return None
         self.seen[id(frame)] = {}
         self.last_line[id(frame)] = frame.f_lineno
+        if not self.outer and self.depth == 0:  # the arrays the caller owns: a write into one is a mutation
+            code = frame.f_code
+            params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+            self.outer = {id(v): n for n, v in frame.f_locals.items() if n in params and n != "self"
+                          and _plain(v) is not None}
+        self.depth += 1
         self._note(frame, frame.f_lineno, initial=True)  # the arguments: known, never a line's doing
         return self.on_line
 
@@ -94,6 +107,7 @@ class Recorder:
                               else f"return[{i}]", part)
             self.seen.pop(fid, None)
             self.last_line.pop(fid, None)
+            self.depth -= 1
         return self.on_line
 
     # -- what a line changed -----------------------------------------------------------------------
@@ -120,11 +134,12 @@ class Recorder:
             key = _key(found[0])
             if seen.get(name) == key:
                 continue
+            written = name in seen and seen[name][:2] == key[:2] and id(value) in self.outer
             seen[name] = key
             if not initial:
-                self._add(frame, line, name, value, found)
+                self._add(frame, line, name, value, found, mutated=written)
 
-    def _add(self, frame, line: int, name: str, value, found=None) -> None:
+    def _add(self, frame, line: int, name: str, value, found=None, mutated: bool = False) -> None:
         found = found or _plain(value)
         if found is None or self.full:
             return
@@ -135,17 +150,78 @@ class Recorder:
         code = frame.f_code
         self.records.append({"file": self._file(code.co_filename), "function": code.co_name,
                              "qualname": getattr(code, "co_qualname", code.co_name), "line": int(line),
-                             "name": name, "value": found[0], "corner": found[1]})
+                             "name": name, "value": found[0], "corner": found[1],
+                             **({"mutated": self.outer[id(value)]} if mutated else {})})
         self.full = len(self.records) >= MAX_RECORDS
+
+    def sdpa(self, args: tuple, kwargs: dict) -> None:
+        """An F.scaled_dot_product_attention call: what it lets each query see, at the submission's line."""
+        frame = sys._getframe(2)
+        while frame is not None and self._file(frame.f_code.co_filename) is None:
+            frame = frame.f_back
+        if frame is None or self.full:
+            return
+        try:
+            found = sdpa_effect(*args, **kwargs)
+        except (TypeError, RuntimeError, ValueError, AttributeError):
+            return
+        code = frame.f_code
+        self.records.append({"file": self._file(code.co_filename), "function": code.co_name,
+                             "qualname": getattr(code, "co_qualname", code.co_name), "line": int(frame.f_lineno),
+                             "name": "scaled_dot_product_attention", "value": None, "corner": False, "sdpa": found})
+        self.full = len(self.records) >= MAX_RECORDS
+
+
+def sdpa_effect(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **_) -> dict:
+    """What one SDPA call does, bound the way the call bound it: the [T_q, T_k] keys each query may see (a
+    float mask: its finite entries), whether is_causal was set, its dropout_p and scale (None: 1/sqrt(D))."""
+    T_q, T_k = query.shape[-2], key.shape[-2]
+    allowed = None
+    if attn_mask is not None and hasattr(attn_mask, "dtype") and T_q * T_k <= MAX_SIZE:
+        m = attn_mask.detach()
+        m = m if str(m.dtype) == "torch.bool" else (m > -1e8)  # additive: a large negative entry hides
+        while m.dim() > 2:
+            m = m[0]
+        allowed = m.expand(T_q, T_k).cpu().numpy().astype(bool).copy()
+    return {"allowed": allowed, "masked": attn_mask is not None, "is_causal": bool(is_causal),
+            "dropout_p": float(dropout_p), "scale": None if scale is None else float(scale),
+            "d": int(query.shape[-1]), "t_q": int(T_q), "t_k": int(T_k)}
+
+
+def _sdpa_mode(rec: "Recorder"):
+    """A TorchFunctionMode that tells `rec` of each SDPA call and hands it on unchanged; None without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        from torch.overrides import TorchFunctionMode
+
+        target = torch.nn.functional.scaled_dot_product_attention
+    except (ImportError, AttributeError):
+        return None
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is target:
+                rec.sdpa(args, kwargs)
+            return func(*args, **kwargs)
+
+    return Spy()
 
 
 def run(fn, sub_dir: str):
     """(fn()'s value, the records) with the tracer on during the call only; an exception passes through."""
     rec = Recorder(sub_dir)
+    spy = _sdpa_mode(rec)
     previous = sys.gettrace()
+    if spy is not None:
+        spy.__enter__()
     sys.settrace(rec.on_call)
     try:
         value = fn()
     finally:
         sys.settrace(previous)
+        if spy is not None:
+            spy.__exit__(None, None, None)
     return value, rec.records

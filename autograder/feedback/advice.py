@@ -53,6 +53,12 @@ def loc_text(res: Results, loc) -> str:
     return f"in {loc.function}, at {rel(res.submission / loc.file)}:{loc.line}{how}"
 
 
+def parting_words(loc) -> str | None:
+    """What changed at the parting line, in words tied to it (feedback/relations.py), when one change names it."""
+    steps = getattr(loc, "steps", None) or []
+    return steps[-1].get("relation") if steps and isinstance(steps[-1], dict) else None
+
+
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
     just graded pass, it points at the first stage still failing elsewhere."""
@@ -94,7 +100,7 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}."
         if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value
             what = (f"your code raises {first.error.get('type')} ({plain(str(first.error.get('message', '')))[:160]})"
-                    if first.error else "that function's own output is wrong")
+                    if first.error else parting_words(loc) or "that function's own output is wrong")
             return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
                     f"{what}. `make hint` gives a nudge.")
         where = _where(res, s, first, stub)

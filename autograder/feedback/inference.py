@@ -226,6 +226,21 @@ def low_precision(got, want):
     return None
 
 
+def rearranged(g: np.ndarray, w: np.ndarray, close=None) -> tuple[tuple[int, ...], bool] | None:
+    """(perm, read back) when `g` is `w` with its axes permuted by perm (read back: in perm's memory order,
+    reshaped to g's shape); None when no permutation (identity aside) gives it."""
+    close = close or _close
+    for perm in itertools.permutations(range(w.ndim)):
+        if perm == tuple(range(w.ndim)):
+            continue
+        moved = np.transpose(w, perm)
+        if moved.shape == g.shape and close(g, moved):
+            return perm, False
+        if moved.size == g.size and close(g, moved.reshape(g.shape)):
+            return perm, True
+    return None
+
+
 def layout(got, want):
     """The right numbers rearranged: a permutation of the axes, read back in the expected shape."""
     pair = _arrays(got, want)
@@ -234,17 +249,15 @@ def layout(got, want):
     g, w = pair
     if np.unique(np.round(w, 6)).size < w.size // 2:  # too many equal entries to tell arrangements apart
         return None
-    for perm in itertools.permutations(range(w.ndim)):
-        if perm == tuple(range(w.ndim)):
-            continue
-        moved = np.transpose(w, perm)
-        if moved.shape == g.shape and _close(g, moved):
-            return ("inferred-layout", f"your output is the right one with its axes in the order {perm} (a "
-                    "transpose or swapaxes too many or too few)")
-        if _close(g, moved.reshape(g.shape)):
-            return ("inferred-layout", f"your output holds the right numbers, but in the memory order of the axes "
-                    f"{perm} read back as shape {tuple(g.shape)}: a reshape where the axes had to be swapped first")
-    return None
+    found = rearranged(g, w)
+    if found is None:
+        return None
+    perm, read_back = found
+    if not read_back:
+        return ("inferred-layout", f"your output is the right one with its axes in the order {perm} (a "
+                "transpose or swapaxes too many or too few)")
+    return ("inferred-layout", f"your output holds the right numbers, but in the memory order of the axes "
+            f"{perm} read back as shape {tuple(g.shape)}: a reshape where the axes had to be swapped first")
 
 
 def infer(got, want, facts: dict | None = None, mask: bool = False) -> tuple[str, str] | None:

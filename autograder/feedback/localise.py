@@ -12,17 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ..outcomes import StudentAborted, StudentError
+from ..outcomes import Fail, StudentAborted, StudentError
 from ..records import Probe
 from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
-from . import steps
+from . import relations, steps
+from .probes import EXTRA
+
+
+def probes_of(stage: str) -> tuple[Probe, ...]:
+    """A stage's declared probes, and those the feedback adds where it declares none (feedback/probes.py EXTRA)."""
+    return BY_NAME[stage].probes + EXTRA.get(stage, ())
 
 
 def probes() -> list[Probe]:
-    """Every stage's declared probes, in stage order."""
-    return [p for s in STAGES for p in s.probes]
+    """Every stage's probes, in stage order."""
+    return [p for s in STAGES for p in probes_of(s.name)]
 
 
 def prime(ref) -> None:
@@ -38,7 +44,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
     """The first function, over `stage` and the stages it calls, whose own output on a probe is wrong."""
     right: set[str] = set()  # the probes whose answer was right: evidence a later claim may need
     passed: set[tuple[str, str]] = set()  # (file, function) of those probes: their insides need no following
-    for p in (p for s in USES[stage] for p in BY_NAME[s].probes):
+    for p in (p for s in USES[stage] for p in probes_of(s)):
         try:
             got = getattr(api, p.name)(*p.args)
             found = p.judge(got, p.expected(ref), ref)
@@ -53,10 +59,19 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
             return Located(p.stage, file, func, line, *_error_diagnosis(p, info, right))
         except StudentAborted:
             return None
+        except Fail:  # the caller's arrays changed: the line that wrote into one
+            found = _mutation(api, p, passed - {(p.file, p.function)})
+            if found is not None:
+                return found
+            continue
         except Exception:  # noqa: BLE001 - a probe whose answer is missing (fixtures) or unreadable: no claim
             continue
         if found is not None:
             diagnosis, evidence, *pattern = found
+            if p.name == "fused_probe":  # one SDPA call: its arguments against what the reference's call does
+                at = follow_sdpa(api, p)
+                if at is not None:
+                    return Located(p.stage, at["file"], at["function"], at["line"], diagnosis, evidence, steps=[at])
             followed = follow_values(api, ref, p, passed - {(p.file, p.function)})
             if followed is not None and followed[0] is not None:
                 file, func, line, steps = followed
@@ -103,6 +118,42 @@ def follow_values(api, ref, p: Probe, passed: set[tuple[str, str]]):
     return first_parting(records, want, p) if records else (None, None, None, [])
 
 
+def _mutation(api, p: Probe, passed: set[tuple[str, str]]) -> Located | None:
+    """Where the probe's call wrote into an array its caller passed in: the first line the tracer saw do so."""
+    try:
+        _, trace = api.traced(p.name, *p.args)
+    except Exception:  # noqa: BLE001 - the traced call failed where the plain one answered: no claim
+        return None
+    r = next((r for r in trace or [] if isinstance(r, dict) and isinstance(r.get("mutated"), str)
+              and isinstance(r.get("file"), str) and (r["file"], r.get("function")) not in passed), None)
+    if r is None:
+        return None
+    step = {"label": "", "line": int(r["line"]), "function": r.get("function"), "name": r["name"], "verdict": "wrong",
+            "got": _small(r.get("value")), "want": None, "relation": relations.mutated_words(int(r["line"]), r["mutated"])}
+    return Located(p.stage, r["file"], str(r.get("function")), int(r["line"]), None,
+                   f"the call changed its argument `{r['mutated']}` in place", steps=[step])
+
+
+def follow_sdpa(api, p: Probe) -> dict | None:
+    """The step (as first_parting's) of the first scaled_dot_product_attention call whose arguments make it
+    attend other than the reference's call would: which keys, dropout, scale; None when every call agrees."""
+    try:
+        _, trace = api.traced(p.name, *p.args)
+    except Exception:  # noqa: BLE001 - the traced call failed where the plain one answered: no claim
+        return None
+    q, k, _, causal, dropout_p, training = p.args
+    for r in trace or []:
+        if not isinstance(r, dict) or not isinstance(r.get("sdpa"), dict) or not isinstance(r.get("file"), str):
+            continue
+        words = relations.sdpa_relation(r["sdpa"], causal=causal, dropout=dropout_p if training else 0.0,
+                                        training=training)
+        if words:
+            return {"label": "the scaled_dot_product_attention call", "line": int(r["line"]), "file": r["file"],
+                    "function": r.get("function"), "name": r["name"], "verdict": "wrong", "got": None, "want": None,
+                    "relation": f"line {int(r['line'])}: your scaled_dot_product_attention call {words}"}
+    return None
+
+
 def _squeezed(a: np.ndarray) -> np.ndarray:
     return a.reshape([d for d in a.shape if d != 1])
 
@@ -139,8 +190,16 @@ def _judge(r: dict, want: list[tuple[str, np.ndarray]]) -> tuple[str, str | None
     own = [(label, w) for label, w in same_shape if label == name or label.startswith(f"{name}'s ")]
     for label, w in own or same_shape:
         if _equal(g, _squeezed(w)):
+            if not own and _holds_another(name, label, want):
+                return "wrong", next(lb for lb, _ in want if lb == name)
             return "right", label
     return ("wrong", (own or same_shape)[0][0]) if same_shape else ("other", None)
+
+
+def _holds_another(name: str | None, label: str, want: list[tuple[str, np.ndarray]]) -> bool:
+    """A variable named after a step (v) holding another such step (k) of another shape than its own."""
+    names = relations.BARE & {lb for lb, _ in want}
+    return name in names and label.split("'")[0] in names - {name}
 
 
 def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe):
@@ -154,7 +213,15 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
         if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == p.function \
                 and verdict == "right" and label != final:
             verdict = "skipped"
+        if verdict == "other" and not r.get("corner"):  # of no step's shape: a reduction over another axis?
+            found = next(((lb, w) for lb in relations.REDUCTIONS
+                          if (w := relations.reduction_relation(np.asarray(r["value"], float), lb, want))), None)
+            if found:
+                verdict, label = "wrong", found[0]
+                r = {**r, "relation": found[1]}
         judged.append((r, verdict, label))
+        if verdict in ("wrong", "skipped"):
+            break
     wrong = next((i for i, (_, v, _) in enumerate(judged) if v in ("wrong", "skipped")), None)
     if wrong is None:
         return None
@@ -168,12 +235,36 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
                     and r["value"].shape == value.shape and np.array_equal(r["value"], value):
                 at = i
                 break
-    r = judged[at][0]
-    shown = [{"label": label or "", "line": int(rec["line"]), "function": rec["function"], "name": rec["name"],
-              "verdict": verdict, "got": _small(rec["value"]),
-              "want": _small(next((w for lb, w in want if lb == label), None))}
-             for rec, verdict, label in judged[:at + 1] if verdict != "other" or rec is r][-12:]
+    r, verdict, label = judged[at]
+    named = _named(r, verdict, label, want) if verdict in ("wrong", "skipped") else None
+    if named:
+        label = named[0]
+        judged[at] = (r, verdict, label)
+    shown = [{"label": lb or "", "line": int(rec["line"]), "function": rec["function"], "name": rec["name"],
+              "verdict": v, "got": _small(rec["value"]),
+              "want": _small(next((w for x, w in want if x == lb), None))}
+             for rec, v, lb in judged[:at + 1] if v != "other" or rec is r][-12:]
+    if named:
+        shown[-1]["relation"] = relations.in_words(int(r["line"]), r["name"], *named)
     return r["file"], r["function"], int(r["line"]), shown
+
+
+def _named(r: dict, verdict: str, label: str | None, want: list[tuple[str, np.ndarray]]) -> tuple[str, str] | None:
+    """(the step, what changed) at the parting record: a relation of feedback/relations.py, or a step skipped."""
+    if r.get("relation"):
+        return label, r["relation"]
+    labels = [lb for lb, _ in want]
+    if verdict == "skipped" and r["name"] == "return" and label in labels and labels.index(label) + 1 < len(labels):
+        after = labels[labels.index(label) + 1:]
+        return label, f"and stops there: the steps after it ({', '.join(a.removeprefix('the ') for a in after[:2])}" \
+                      f"{', ...' if len(after) > 2 else ''}) are left out"
+    if r.get("corner"):
+        return None
+    g = _squeezed(np.asarray(r["value"], dtype=np.float64))
+    same = [lb for lb, w in want if _squeezed(np.asarray(w)).shape == g.shape]
+    own = [lb for lb in same if lb == r["name"] or lb.startswith(f"{r['name']}'s ")]
+    first = own[:1] or ([label] if label else [])
+    return relations.relation(r["value"], first + [lb for lb in same if lb not in first], want)
 
 
 def _small(a) -> list | None:

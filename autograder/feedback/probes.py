@@ -194,3 +194,33 @@ def decode_output(got, want, ref):
     return None, "fed in chunks of 3, 1 and 2 tokens, the outputs differ from the full forward's"
 
 
+
+
+# -- probes the feedback side adds where a stage declares none (localise.probes_of) ---------------------------
+
+def _qkv(t_q: int, t_k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng([29, t_q, t_k, seed])
+    return tuple(rng.standard_normal((1, 2, t, 8)).astype(np.float32) for t in (t_q, t_k, t_k))  # [B, H, T, D]
+
+
+def sdpa_call(causal: bool, dropout_p: float, training: bool) -> Callable:
+    """Judge of a fused_probe answer ({out, calls}): the output against the reference's (no dropout in eval)."""
+    def judge(got, want, ref):
+        out = got.get("out") if isinstance(got, dict) else None
+        if out is not None and not differs(out, want, 1e-3, 1e-4):
+            return None
+        return None, (f"fused_attention(causal={causal}, dropout_p={dropout_p}, training={training}): "
+                      f"{shape_note(out, want) if out is not None else 'no output'}")
+    return judge
+
+
+def _fused(t_q: int, t_k: int, causal: bool, dropout_p: float = 0.0, training: bool = False):
+    from ..records import Probe
+
+    q, k, v = _qkv(t_q, t_k, int(causal) + 2 * int(dropout_p > 0))
+    return Probe(name="fused_probe", file="fused.py", function="fused_attention", stage="fused",
+                 args=(q, k, v, causal, dropout_p, training),
+                 expected=lambda r: r.fused_attention(q, k, v, causal), judge=sdpa_call(causal, dropout_p, training))
+
+
+EXTRA = {"fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False))}

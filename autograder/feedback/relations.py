@@ -1,0 +1,282 @@
+"""What changed at the parting line: a small family of one-step changes generated from the reference's own steps.
+
+At the first line where the student's values part from the reference's (localise.first_parting), the student's
+value is compared with each step of the same computation changed in one way: a mask inverted, shifted by one
+diagonal, aligned top-left or transposed; a step left out (no mask, no scale); a reduction (a maximum, a sum, a
+softmax) taken over another axis; another step where this one belongs (an operand swapped); the axes permuted;
+a constant factor (sqrt(d_k), d_k, n); a float16 rounding. The first change that reproduces the student's value
+exactly (within the matching tolerance) is named; when none does, nothing is (never a guess). Pure numpy on
+the steps (feedback/steps.py), so it runs in the parent and the student repo alike.
+"""
+import math
+from typing import Iterator
+
+import numpy as np
+
+from .inference import rearranged
+
+Steps = list[tuple[str, np.ndarray]]
+MASK = "the mask (True = may attend)"
+SCORES = ("the masked scores", "the scaled scores q k^T / sqrt(d_k)", "the scores")
+BARE = {"q", "k", "v"}  # steps named as a variable is: one holding another is an operand swapped
+REDUCTIONS = {"the row maxima": np.max, "the row sums": np.sum}
+
+
+def _eq(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal within the tracer's matching tolerance; -inf met by -inf or a large negative number."""
+    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    g, w = g.reshape([d for d in g.shape if d != 1]), w.reshape([d for d in w.shape if d != 1])
+    if g.shape != w.shape or g.size == 0:
+        return False
+    with np.errstate(invalid="ignore"):
+        g = np.where(np.isneginf(w) & (g <= -1e9), -np.inf, g)
+        ok = np.where(np.isnan(w), np.isnan(g), np.where(np.isinf(w), g == w, np.abs(g - w) <= 1e-4 + 1e-3 * np.abs(w)))
+    return bool(np.all(ok))
+
+
+def _squeeze(a: np.ndarray) -> np.ndarray:
+    return a.reshape([d for d in a.shape if d != 1])
+
+
+def _step(steps: Steps, label: str) -> np.ndarray | None:
+    return next((np.asarray(w, dtype=np.float64) for lb, w in steps if lb == label), None)
+
+
+def _before(steps: Steps, label: str, choices: tuple[str, ...]) -> np.ndarray | None:
+    """The last of `choices` that comes before `label` in the steps."""
+    found = None
+    for lb, w in steps:
+        if lb == label:
+            return found
+        if lb in choices:
+            found = np.asarray(w, dtype=np.float64)
+    return found
+
+
+def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(s - np.max(s, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _masked(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    return np.where(allowed, scores, -np.inf)
+
+
+def _mask_changes(allowed: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """(words, changed mask) for a [n_q, n_k] causal mask: inverted, shifted, top-left, transposed."""
+    n_q, n_k = allowed.shape[-2:]
+    i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    yield "with the mask inverted (True where the reference hides: True must mean may attend)", ~allowed
+    if np.array_equal(allowed, np.broadcast_to(j <= i + (n_k - n_q), allowed.shape)):
+        if n_q != n_k:
+            yield (f"with the mask aligned top-left (query i sees keys j <= i); the queries are the last {n_q} of "
+                   f"{n_k} positions, so query i sees keys j <= i{n_k - n_q:+d}"), np.broadcast_to(j <= i, allowed.shape)
+        yield "with the mask shifted one diagonal: each query also sees the next key", \
+            np.broadcast_to(j <= i + (n_k - n_q) + 1, allowed.shape)
+        yield "with the mask shifted one diagonal: each query misses its own key", \
+            np.broadcast_to(j < i + (n_k - n_q), allowed.shape)
+    if n_q == n_k:
+        yield "with the mask transposed (built per column, j >= i, instead of per row)", np.swapaxes(allowed, -1, -2)
+
+
+def mask_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
+    """A mask, the masked scores or the weights, made with a changed mask (or none)."""
+    allowed = _step(steps, MASK)
+    if allowed is None:
+        return None
+    allowed = allowed.astype(bool)
+    scores = _before(steps, "the masked scores", SCORES[1:]) if _step(steps, "the masked scores") is not None \
+        else None
+    for words, m in _mask_changes(allowed):
+        if label == MASK:
+            cand = m
+        elif label.startswith("the mask's complement"):
+            cand = ~m
+        elif label.startswith("the additive mask"):
+            cand = np.where(m, 0.0, -np.inf)
+        elif label == "the masked scores" and scores is not None:
+            cand = _masked(scores, np.broadcast_to(m, scores.shape))
+        elif label in ("the weights", "the softmax") and scores is not None:
+            cand = _softmax(_masked(scores, np.broadcast_to(m, scores.shape)))
+        else:
+            continue
+        if _eq(g, cand):
+            return words
+    if label in ("the weights", "the softmax") and scores is not None and _eq(g, _softmax(scores)):
+        return "with no mask applied (every key visible to every query)"
+    return None
+
+
+def skipped_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
+    """The weights with a step left out: no scale, no max shift leaves them equal, so the scale alone."""
+    raw, scaled = _step(steps, "q k^T"), _step(steps, SCORES[1])
+    if label not in ("the weights", "the masked scores") or raw is None or scaled is None:
+        return None
+    allowed = _step(steps, MASK)
+    unscaled = raw if allowed is None else _masked(raw, np.broadcast_to(allowed.astype(bool), raw.shape))
+    cand = _softmax(unscaled) if label == "the weights" else unscaled
+    return "with no scale: q k^T is not divided by sqrt(d_k)" if _eq(g, cand) else None
+
+
+def reduction_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
+    """A maximum, a sum, a shift or a softmax taken over another axis than the last."""
+    if label in REDUCTIONS:
+        src = _before(steps, label, ("their exponentials",) if label == "the row sums" else SCORES)
+        make = REDUCTIONS[label]
+    elif label in ("the weights", "the softmax"):
+        src, make = _before(steps, "the row maxima", SCORES), None
+    elif label in ("the scores minus the row maxima", "their exponentials"):
+        src, make = _before(steps, "the row maxima", SCORES), np.max
+    else:
+        return None
+    if src is None or src.ndim < 2:
+        return None
+    for axis in range(src.ndim - 1):
+        with np.errstate(invalid="ignore", over="ignore"):
+            if make is None:
+                cand = _softmax(src, axis)
+            else:
+                cand = make(src, axis=axis, keepdims=True)
+                if label == "the scores minus the row maxima":
+                    cand = src - cand
+                elif label == "their exponentials":
+                    cand = np.exp(src - cand)
+        other = "the queries'" if axis == src.ndim - 2 else "a leading"
+        if _eq(g, cand) or (make is not None and label in REDUCTIONS and _eq(g, make(src, axis=axis))):
+            what = "normalised" if make is None else "taken"
+            return f"{what} over axis {axis} ({other} axis) instead of the last (each row over its keys)"
+    return None
+
+
+def operand_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
+    """Another step where this one belongs: the keys where the values go."""
+    labels = [lb for lb, _ in steps]
+    for lb, w in steps:
+        if lb != label and _eq(g, w) and label in labels and labels.index(lb) < labels.index(label) \
+                and not {lb, label} & BARE:
+            return f"left out: it equals the reference's {lb.removeprefix('the ')}, the step before, unchanged"
+        if lb != label and _eq(g, w):
+            return (f"holds the reference's {lb.removeprefix('the ')} where its {label.removeprefix('the ')} belongs "
+                    "(an operand swapped)")
+    return None
+
+
+def axes_relation(g: np.ndarray, want: np.ndarray) -> str | None:
+    """The right numbers with the axes permuted (a transpose too many or too few)."""
+    g, want = _squeeze(g), _squeeze(want)
+    if want.ndim < 2 or want.ndim > 4 or np.unique(np.round(want, 6)).size < want.size // 2:
+        return None
+    found = rearranged(g, want, _eq)
+    if found is None:
+        return None
+    perm, read_back = found
+    if read_back:
+        return f"read in the memory order of the axes {perm}: a reshape where the axes had to be moved first"
+    swapped = sorted(a for a, b in enumerate(perm) if a != b)
+    return (f"with axes {swapped[0]} and {swapped[1]} swapped (a transpose too many or too few)"
+            if len(swapped) == 2 else f"with its axes in the order {perm}")
+
+
+def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None:
+    """A constant factor, named only when it is sqrt(d_k), d_k, n or their inverses."""
+    finite = np.isfinite(want) & np.isfinite(g) if g.shape == want.shape else None
+    if finite is None or not finite.any() or float(np.sum(want[finite] ** 2)) < 1e-12:
+        return None
+    a = float(np.sum(g[finite] * want[finite]) / np.sum(want[finite] ** 2))
+    if abs(a - 1) < 1e-3 or not _eq(g, a * want):
+        return None
+    raw, scaled = _step(steps, "q k^T"), _step(steps, SCORES[1])
+    names = {}
+    if raw is not None and scaled is not None and float(np.sum(scaled ** 2)) > 1e-12:
+        d_k = round(float(np.sum(raw * scaled) / np.sum(scaled ** 2)) ** 2)
+        if np.array_equal(want, scaled):  # the scale itself: what q k^T was divided by
+            divisor = math.sqrt(d_k) / a
+            for name, v in ((f"d_k = {d_k}", d_k), (f"d_k**2 = {d_k ** 2}", d_k ** 2),
+                            (f"1/sqrt(d_k) = {1 / math.sqrt(d_k):g} (a multiplication where a division belongs)",
+                             1 / math.sqrt(d_k))):
+                if abs(divisor / v - 1) < 1e-3:
+                    return f"made with q k^T divided by {name} instead of sqrt(d_k) = {math.sqrt(d_k):g}"
+            return None
+        names.update({f"sqrt(d_k) = {math.sqrt(d_k):g}": math.sqrt(d_k), f"d_k = {d_k}": d_k})
+    names.setdefault(f"n = {want.shape[-1]}", want.shape[-1])
+    for name, value in names.items():
+        for inverse, v in ((False, value), (True, 1 / value)):
+            if abs(a / v - 1) < 1e-3:
+                return f"{'divided by' if inverse else 'times'} {name}"
+    return None
+
+
+def dtype_relation(g: np.ndarray, want: np.ndarray) -> str | None:
+    if g.shape != want.shape or not np.all(np.isfinite(g)) or np.array_equal(g, want):
+        return None
+    rounded = want.astype(np.float16).astype(np.float64)
+    return "rounded to float16 (a smaller float type on the way)" if np.array_equal(g.astype(np.float16), g) and \
+        _eq(g, rounded) and np.allclose(g, rounded, rtol=2 ** -10, atol=1e-4) else None
+
+
+def relation(value: np.ndarray, labels: list[str], steps: Steps) -> tuple[str, str] | None:
+    """(the step's label, the words for what changed) of the first one-step change of a step named in `labels`
+    (those of the value's shape, or the reductions for a value of no step's shape) that equals `value`."""
+    g = np.asarray(value, dtype=np.float64)
+    readings = (lambda lb: mask_relation(g, lb, steps), lambda lb: reduction_relation(g, lb, steps),
+                lambda lb: skipped_relation(g, lb, steps), lambda lb: operand_relation(g, lb, steps),
+                lambda lb: axes_relation(g, _step(steps, lb)), lambda lb: factor_relation(g, _step(steps, lb), steps),
+                lambda lb: dtype_relation(g, _step(steps, lb)))
+    for read in readings:
+        for label in labels:
+            try:
+                words = read(label)
+            except (TypeError, ValueError, FloatingPointError, IndexError):
+                words = None
+            if words:
+                return label, words
+    return None
+
+
+def in_words(line: int, name: str, label: str, words: str) -> str:
+    """'line 14: your `weights` equal the reference's weights with the mask inverted (...)'"""
+    shown = "returned value" + name[len("return"):] if name.startswith("return") else name
+    if words.startswith(("holds ", "writes ")):
+        return f"line {line}: your `{shown}` {words}"
+    return f"line {line}: your `{shown}` equals the reference's {label.removeprefix('the ')} {words}"
+
+
+def mutated_words(line: int, param: str) -> str:
+    return (f"line {line}: your code writes into `{param}`, the array the caller passed in (an argument changed in "
+            "place): work on a copy, or make a new array")
+
+
+def sdpa_relation(call: dict, causal: bool, dropout: float, training: bool) -> str | None:
+    """What one SDPA call (tracer.sdpa_effect) does other than the reference's: the keys each query may see
+    (is_causal, attn_mask), its dropout_p, its scale; None when it agrees."""
+    t_q, t_k, d = int(call.get("t_q", 0)), int(call.get("t_k", 0)), int(call.get("d", 1))
+    i, j = np.arange(t_q)[:, None], np.arange(t_k)[None, :]
+    want = j <= i + (t_k - t_q) if causal else np.ones((t_q, t_k), dtype=bool)
+    allowed = np.asarray(call["allowed"], dtype=bool) if call.get("allowed") is not None else None
+    if call.get("masked") and allowed is None:
+        return None  # a mask it could not read: no claim
+    seen = np.ones((t_q, t_k), dtype=bool) if allowed is None else allowed
+    if call.get("is_causal"):
+        seen = seen & (j <= i)
+    if seen.shape == want.shape and not np.array_equal(seen, want):
+        if not call.get("is_causal") and not call.get("masked"):
+            return "sets neither is_causal nor attn_mask: every query sees every key, the later ones too"
+        if call.get("is_causal") and not causal:
+            return "sets is_causal=True where causal=False: every query must see every key"
+        if call.get("is_causal") and t_q != t_k:
+            return (f"uses is_causal=True with {t_q} queries and {t_k} keys: is_causal aligns top-left (query i sees "
+                    f"keys j <= i), while the queries are the last {t_q} positions (j <= i{t_k - t_q:+d}): pass the "
+                    "bottom-right mask as attn_mask instead")
+        for words, m in _mask_changes(want) if causal else ():
+            if np.array_equal(seen, m):
+                return "passes an attn_mask " + words.removeprefix("with the mask ")
+        return None
+    p = float(call.get("dropout_p", 0.0))
+    if abs(p - dropout) > 1e-9:
+        return (f"passes dropout_p={p:g} while training={training}: dropout belongs in training only" if not training
+                else f"passes dropout_p={p:g} where training=True asks for dropout_p={dropout:g}")
+    scale = call.get("scale")
+    if scale is not None and abs(scale * math.sqrt(d) - 1) > 1e-4:
+        return f"passes scale={scale:.4g}, where the default 1/sqrt(D) = {1 / math.sqrt(d):.4g} is right"
+    return None

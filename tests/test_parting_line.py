@@ -1,0 +1,200 @@
+"""For a mistake nobody catalogued (issue 42): the next step points at a line the fix changes and, where one
+small change of the reference's own intermediate reproduces the student's value, names that change in words
+tied to the line. Each case is a copy of the solutions with one mistake of a kind a stranger made, written
+fresh (none of them is a catalogue entry's own edit); `fix` is the text of the line the fix changes.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import grade, variant
+
+from autograder.feedback import relations, steps
+from autograder.feedback.advice import parting_words
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One uncatalogued mistake: the edits, the stages to grade, the fixed line's text and the name expected."""
+    id: str
+    edits: dict
+    stages: tuple[str, ...]
+    fix: str  # the (stripped) text of the line the fix changes, as the mutant has it
+    named: str | None = None  # a phrase the diagnosis must hold; None where no name is claimed
+
+
+SOFTMAX_TOP = "    top = np.max(scores, axis=axis, keepdims=True)"
+SOFTMAX_EXP = "    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1"
+ATTEND_FILL = '        scores = scores.masked_fill(~allowed, float("-inf"))'
+ATTEND_ALLOWED = "        allowed = torch.ones(T, T_k, dtype=torch.bool, device=q.device).tril(diagonal=T_k - T)  # [T, T_k]"
+HEADS_V = "        v = v.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]"
+CACHE_CHECK = ("        end = self.length + t\n        if end > self.max_len:\n"
+               '            raise ValueError(f"KVCache.append: {self.length} + {t} positions exceed max_len={self.max_len}")\n'
+               "        self.k[:, :, self.length : end] = k_new\n        self.v[:, :, self.length : end] = v_new\n"
+               "        self.length = end\n")
+CACHE_EARLY = ("        end = self.length + t\n        self.length = end  # counted first\n        if end > self.max_len:\n"
+               '            raise ValueError(f"KVCache.append: {end - t} + {t} positions exceed max_len={self.max_len}")\n'
+               "        self.k[:, :, end - t : end] = k_new\n        self.v[:, :, end - t : end] = v_new\n")
+SOFTMAX = ("softmax",)
+MASKING = ("softmax", "scaling", "masking")
+
+MUTANTS = (
+    Mutant("softmax-max-over-columns", {"softmax.py": [(SOFTMAX_TOP, SOFTMAX_TOP.replace("axis=axis", "axis=0"))]},
+           SOFTMAX, "top = np.max(scores, axis=0, keepdims=True)", "over axis"),
+    Mutant("softmax-shift-in-place", {"softmax.py": [(SOFTMAX_EXP, "    scores -= top  # shift\n    e = np.exp(scores)")]},
+           SOFTMAX, "scores -= top  # shift", "in place"),
+    Mutant("v-projected-with-w_k", {"projections.py": [("    v = x @ w_v", "    v = x @ w_k")]},
+           ("projections",), "v = x @ w_k  # -> [..., n, d_v]", "k"),
+    Mutant("apply-mask-writes-its-argument", {"masking.py": [("    return np.where(allowed, scores, -np.inf)",
+                                                              "    scores[~allowed] = -np.inf\n    return scores")]},
+           MASKING, "scores[~allowed] = -np.inf", "in place"),
+    Mutant("attention-softmax-over-queries", {"masking.py": [("    weights = softmax(scores, axis=-1)",
+                                                              "    weights = softmax(scores, axis=-2)")]},
+           MASKING, "weights = softmax(scores, axis=-2)  # [..., n_q, n_k]", "inferred-softmax-axis"),
+    Mutant("module-mask-inverted", {"module.py": [(ATTEND_FILL, ATTEND_FILL.replace("~allowed", "allowed"))]},
+           ("heads",), 'scores = scores.masked_fill(allowed, float("-inf"))', "inverted"),
+    Mutant("module-mask-per-column", {"module.py": [(ATTEND_ALLOWED, ATTEND_ALLOWED.replace(
+        ".tril(diagonal=T_k - T)", ".triu(diagonal=T - T_k)"))]},
+           ("heads",), "allowed = torch.ones(T, T_k, dtype=torch.bool, device=q.device).triu(diagonal=T - T_k)  # [T, T_k]",
+           "transpose"),
+    Mutant("module-v-from-k", {"module.py": [(HEADS_V, HEADS_V.replace("v = v.view", "v = k.view"))]},
+           ("heads",), "v = k.view(B, T, self.n_heads, -1).transpose(1, 2)  # [B, H, T, D]"),  # raises: its line
+    Mutant("fused-not-causal", {"fused.py": [("dropout_p=p, is_causal=True)", "dropout_p=p)")]},
+           ("fused",), "return F.scaled_dot_product_attention(q, k, v, dropout_p=p)", "is_causal"),
+    Mutant("fused-mask-inverted", {"fused.py": [("attn_mask=allowed, dropout_p=p)", "attn_mask=~allowed, dropout_p=p)")]},
+           ("fused",), "return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed, dropout_p=p)", "attn_mask"),
+    Mutant("fused-dropout-always", {"fused.py": [("    p = dropout_p if training else 0.0", "    p = dropout_p")]},
+           ("fused",), "return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)", "fused-dropout-in-eval"),
+)
+
+# measured, not yet on their line (the fix changes the def line, a length update, a running maximum's start): each
+# still fails its stage, and nothing names a change that is not the mistake
+MISSES = (
+    Mutant("softmax-default-axis-0", {"softmax.py": [("axis: int = -1)", "axis: int = 0)")]},
+           SOFTMAX, "def softmax(scores: np.ndarray, axis: int = 0) -> np.ndarray:", "softmax-wrong-axis"),
+    Mutant("cache-length-before-check", {"kv_cache.py": [(CACHE_CHECK, CACHE_EARLY)]},
+           ("kv_cache",), "self.length = end  # counted first"),
+    Mutant("tiled-running-max-from-0", {"tiled.py": [("        m = np.full(i1 - i0, -np.inf)  # running max per row",
+                                                       "        m = np.zeros(i1 - i0)  # running max per row")]},
+           ("tiled",), "m = np.zeros(i1 - i0)  # running max per row"),
+)
+
+
+def graded(tmp_path, m: Mutant):
+    """(results, the located place or None, the text of the line it names) for the mutant's copy."""
+    sub = variant(tmp_path, m.edits)
+    res = grade(sub, stages=list(m.stages))
+    assert res.stages[m.stages[-1]].status == "failed"
+    loc = res.located.get(m.stages[-1])
+    text = (sub / loc.file).read_text().splitlines()[loc.line - 1].strip() if loc else None
+    return res, loc, text
+
+
+def claimed(res, loc) -> str:
+    """Everything the feedback names: the stages' diagnoses and the words of the parting line."""
+    ids = [d for sr in res.stages.values() for d in sr.diagnoses]
+    ids += [r.diagnosis for sr in res.stages.values() for r in sr.checks if r.diagnosis]
+    words = parting_words(loc) if loc else None
+    return " ".join(ids + ([words] if words else []))
+
+
+@pytest.mark.parametrize("m", MUTANTS, ids=[m.id for m in MUTANTS])
+def test_the_next_step_points_at_the_line_the_fix_changes_and_names_it(tmp_path, m):
+    res, loc, text = graded(tmp_path, m)
+    assert text == m.fix, (text, res.next_step)
+    assert f"{loc.file}:{loc.line}" in res.next_step
+    said = claimed(res, loc)
+    assert (m.named or "") in said, said
+    words = parting_words(loc)
+    if words:  # the words are tied to the pointed line, and shown in the next step unless a catalogued name is
+        assert words.startswith(f"line {loc.line}: ")
+        assert words in res.next_step or res.stages[m.stages[-1]].diagnoses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", MISSES, ids=[m.id for m in MISSES])
+def test_a_mistake_not_yet_on_its_line_gets_no_wrong_name(tmp_path, m):
+    res, loc, _ = graded(tmp_path, m)
+    said = claimed(res, loc).replace(m.named or "", "").strip()
+    # the default axis 0 does make the row maxima over axis 0: said of the line that takes them, and nothing else
+    assert said in ("", f"line {loc and loc.line}: your `top` equals the reference's row maxima taken over axis 0 "
+                        "(the queries' axis) instead of the last (each row over its keys)"), said
+
+
+# -- each relation on arrays alone: a value made with exactly one change, and the right value with none ------
+
+Q, K = np.random.default_rng(5).normal(size=(3, 4)), np.random.default_rng(6).normal(size=(6, 4))
+V = np.random.default_rng(7).normal(size=(6, 2))
+
+
+def attention_steps(n_k: int = 6):
+    """The reference's steps of a causal attention of the 3 queries Q over n_k keys."""
+    from autograder.api import ReferenceAPI
+
+    ref = ReferenceAPI()
+    return steps.attention(ref, Q, K[:n_k], V[:n_k], ref.causal_mask(3, n_k))
+
+
+def changed(label: str, make) -> tuple[str, str] | None:
+    want = attention_steps(3 if label.endswith("square") else 6)
+    label = label.removesuffix(" square")
+    return relations.relation(make(dict(want)), [label], want)
+
+
+def masked_weights(d: dict, allowed) -> np.ndarray:
+    return relations._softmax(np.where(allowed, d["the scaled scores q k^T / sqrt(d_k)"], -np.inf))
+
+
+@pytest.mark.parametrize("label, make, words", [
+    ("the mask (True = may attend)", lambda d: ~d["the mask (True = may attend)"], "mask inverted"),
+    ("the weights", lambda d: masked_weights(d, ~d["the mask (True = may attend)"]), "mask inverted"),
+    ("the mask (True = may attend)", lambda d: np.tril(np.ones((3, 6), bool)), "aligned top-left"),
+    ("the masked scores", lambda d: np.where(np.tril(np.ones((3, 6), bool), 4), d["the scaled scores q k^T / sqrt(d_k)"],
+                                             -np.inf), "also sees the next key"),
+    ("the mask (True = may attend) square", lambda d: np.triu(np.ones((3, 3), bool)), "transposed"),
+    ("the weights", lambda d: relations._softmax(d["the scaled scores q k^T / sqrt(d_k)"]), "no mask"),
+    ("the weights", lambda d: relations._softmax(np.where(d["the mask (True = may attend)"], d["q k^T"], -np.inf)),
+     "no scale"),
+    ("the row maxima", lambda d: np.max(d["the masked scores"], axis=0, keepdims=True), "over axis 0"),
+    ("the weights", lambda d: relations._softmax(d["the masked scores"], 0), "normalised over axis 0"),
+    ("q k^T", lambda d: d["q k^T"].T, "transpose"),
+    ("the scaled scores q k^T / sqrt(d_k)", lambda d: d["q k^T"] / 4, "q k^T divided by d_k = 4"),
+    ("the scaled scores q k^T / sqrt(d_k)", lambda d: d["q k^T"] * 2, "a multiplication where a division belongs"),
+    ("the scaled scores q k^T / sqrt(d_k)", lambda d: d["q k^T"], "left out"),
+    ("the weights", lambda d: d["the weights"] * 6, "times n = 6"),
+    ("the weights", lambda d: d["the weights"].astype(np.float16).astype(float), "float16"),
+])
+def test_each_relation_is_named_from_the_references_steps(label, make, words):
+    found = changed(label, make)
+    assert found is not None and words in found[1], found
+
+
+def test_an_operand_swapped_is_named_and_an_unnamed_factor_is_not():
+    want = [("q", Q), ("k", K[:3]), ("v", V[:3])]
+    assert "holds the reference's k where its v belongs" in relations.relation(K[:3], ["v"], want)[1]
+    assert changed("the scaled scores q k^T / sqrt(d_k)", lambda d: d["q k^T"] * 1.3) is None
+
+
+def test_the_right_values_are_never_named():
+    """Precision on arrays: every step of a masked attention, compared with itself, names no change."""
+    want = attention_steps()
+    for label, w in want:
+        if sum(np.array_equal(w, x) for _, x in want if np.shape(x) == np.shape(w)) == 1:
+            assert relations.relation(w, [label], want) is None, label
+
+
+@pytest.mark.parametrize("call, words", [
+    ({"is_causal": False, "masked": False}, "neither is_causal nor attn_mask"),
+    ({"is_causal": True, "masked": False, "t_q": 3}, "aligns top-left"),
+    ({"is_causal": False, "masked": True, "allowed": ~np.tril(np.ones((4, 4), bool))}, "inverted"),
+    ({"is_causal": True, "masked": False, "dropout_p": 0.5}, "dropout_p=0.5 while training=False"),
+    ({"is_causal": True, "masked": False, "scale": 0.125}, "scale=0.125"),
+])
+def test_an_sdpa_calls_arguments_are_compared_with_the_references(call, words):
+    base = {"t_q": 4, "t_k": 4, "d": 8, "dropout_p": 0.0, "scale": None, "allowed": None}
+    assert words in relations.sdpa_relation({**base, **call}, causal=True, dropout=0.0, training=False)
+    right = {**base, "is_causal": True, "masked": False}
+    assert relations.sdpa_relation(right, causal=True, dropout=0.0, training=False) is None
+    mask = {**base, "t_q": 3, "t_k": 6, "masked": True, "is_causal": False,
+            "allowed": np.tril(np.ones((3, 6), bool), 3)}
+    assert relations.sdpa_relation(mask, causal=True, dropout=0.0, training=False) is None
