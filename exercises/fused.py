@@ -21,6 +21,9 @@ def fused_attention(
     causal=True: the queries are the last T_q positions (bottom-right alignment), so
     query i sees keys j <= T_k - T_q + i. When T_q == T_k use is_causal (no T x T mask
     is built). Dropout is applied only when `training` is True.
-    At T = 8192 one causal call must add far less memory than a T x T float32 matrix.
+    One causal call's memory must grow with T * d, not T * T. It is measured at three lengths T
+    from 1,024 to 8,192, drawn from the grade's seed (the shortest below 1,088, the longest from
+    6,144): it must grow about 2x per doubling of T (a T x T matrix makes 4x), at most 2.8x, and
+    never fall as T grows.
     """
     raise NotImplementedError("fused: write this part of fused_attention")

@@ -33,11 +33,12 @@ class CausalSelfAttention(nn.Module):
         appended first, then the T queries attend to all cached ones. Fed in pieces, token by token
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed). The grader runs this in a
-        process of its own and reads its peak memory and CPU time from outside it: With 762 to 1,016
-        positions in the cache (appended in one call, after 1 to 3 ordinary forwards of 8 to 64
-        tokens), 8 decode steps of one token each must add far less memory than the scores of every
-        pair of cached positions, and may take at most 0.3 s more CPU time in all than the grader's
-        own forward on the same inputs.
+        process of its own and reads, from outside it, what the steps alone add to its peak memory
+        and CPU time (building the module, its buffers and the cache are not counted): Decode steps
+        cost work that grows linearly with the cache: measured at three cache lengths from 128 to
+        768 positions (drawn from the grade's seed), the memory and CPU time 8 one-token steps add
+        over the grader's own may grow about 2x when the cache doubles, not 4x. Their outputs are
+        checked too, and the decode checks use caches of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

@@ -377,16 +377,17 @@ def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
     real = w.launcher.launch
     w.launcher.launch = lambda *a, **k: launched.append(a) or real(*a, **k)
     try:
-        w.measure_soon(fn.target, *fn.measured, timeout=60)
-        value, peak, cpu = w.measure(fn.target, *fn.measured, timeout=60)
-        assert value["shape"] == [fn.measured[0], fn.measured[1]] and len(launched) == 1
-        w.measure(fn.target, *fn.measured, timeout=60)  # asked again: measured again, in a child of its own
+        args = (1024, 16, 256)  # a length, d, a block (the stage draws its lengths: stages/growth.py)
+        w.measure_soon(fn.target, *args, timeout=60)
+        value, peak, cpu = w.measure(fn.target, *args, timeout=60)
+        assert value["shape"] == [args[0], args[1]] and len(launched) == 1
+        w.measure(fn.target, *args, timeout=60)  # asked again: measured again, in a child of its own
         assert len(launched) == 2
     finally:
         w.close()
     slow = variant(tmp_path, {"tiled.py": [("    n_q, d_k = q.shape\n", "    while True:\n        pass\n")]})
     w = Worker(slow, reuse_memory=True)
-    w.measure_soon(fn.target, *fn.measured, timeout=300)
+    w.measure_soon(fn.target, 1024, 16, 256, timeout=300)
     thread, box = next(iter(w._soon.values()))
     thread.join(1.5)
     assert thread.is_alive(), box  # still measuring: its call never ends by itself
@@ -456,12 +457,11 @@ def test_a_quadratic_decode_step_done_a_few_rows_at_a_time_is_caught_by_its_cpu_
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
     # row by row holds one row of scores at a time: only its CPU time shows it; 16 rows at a time, repeated, may
     # also show in the peak (tens of MiB over a correct step), which is checked first
-    assert "more than the grader's own forward" in cost.message or (edit is PADDED and "raised peak memory by"
-                                                                     in cost.message), cost.message
+    assert "more than the grader's own steps" in cost.message or "CPU time grew" in cost.message, cost.message
     assert [r.check.name for r in res.stages["kv_cache"].checks if not r.passed] == ["decode_step_cost_linear"]
     ok = [r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks
           if r.check.name == "decode_step_cost_linear"][0]
-    assert ok.passed and "against the grader's own" in ok.note, ok.note
+    assert ok.passed and "over the grader's own steps" in ok.note, ok.note
 
 
 def test_names_the_rule_does_not_name_are_the_modules_own(tmp_path):

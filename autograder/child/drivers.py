@@ -4,6 +4,7 @@ They run inside the child process (autograder/child/worker.py), next to the stud
 the parent only sees the numbers they return. Each receives `pkg`, the name under
 which the submission is importable.
 """
+import contextlib
 import importlib
 
 import numpy as np
@@ -141,42 +142,80 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     return torch.cat(outs, dim=1)
 
 
-def decode_memory_run(batch, n_heads, d_head, length, steps, baseline=False, *, seed=0, pkg):
-    """`steps` decode steps (one new token each) after `length` cached positions, in a fresh child that ends after
-    them, so the parent can read the child's peak memory and CPU time when it reaps it (sandbox.Worker.measure).
-    First 1 to 3 ordinary forwards without a cache (seeded.ordinary_sizes: no step is the process's first call);
-    then the prefix's keys and values, projected by the grader, go into the cache through one `append` (a prefill
-    through the module's own forward would put its per-call costs, not the steps', in the count); then the steps.
-    For the baseline, the grader's own forward on the same inputs: the same torch operations, none of the
-    submission. Returns the steps' outputs [B, steps, C] and the cache's length after them (the peak and CPU time,
-    measured outside, decide; the outputs must be the right ones, which the parent checks)."""
-    length = seeded.decode_length(length, seed)  # drawn from the grade's seed, the same in the baseline
-    qkv_w, out_w, prefix, new = (torch.as_tensor(a) for a in seeded.decode_step(batch, n_heads, d_head, length,
-                                                                                steps, seed))
+_DECODE: dict = {}  # a measuring child's decode state between its calls (decode_cost_*): module, weights, cache
+
+
+def decode_cost_start(batch, n_heads, d_head, baseline=False, *, seed=0, pkg):
+    """First call of a child that measures decode steps (stages/kv_cache.py): build the student's module with the
+    seeded weights (for the baseline, the grader's layers), then 1 to 3 ordinary forwards without a cache
+    (seeded.ordinary_sizes: no step is the process's first call) and a short decode of 8 + 1 + 1 tokens through a
+    cache of 10. Nothing here is measured."""
+    qkv_w, out_w = (torch.as_tensor(a) for a in seeded.decode_weights(n_heads, d_head, seed))
     C = n_heads * d_head
+    x = torch.as_tensor(seeded.decode_prefix(batch, n_heads, d_head, 64, seed))  # [B, 64, C]
+    _DECODE.clear()
+    _DECODE.update(batch=batch, n_heads=n_heads, d_head=d_head, qkv_w=qkv_w, out_w=out_w, baseline=baseline)
     with torch.no_grad():
-        k_old, v_old = (t.view(batch, length, n_heads, d_head).transpose(1, 2)
-                        for t in F.linear(prefix, qkv_w[C:]).split(C, dim=-1))  # [B, H, L, D] each: no queries
-        ordinary = [prefix[:, :n].clone() for n in seeded.ordinary_sizes(8, 64, seed)]  # [B, n, C] each
-        del prefix
-        if baseline:  # the layers a module holds are made too: their start is part of either side's CPU time
+        if baseline:  # the layers a module holds are made too
             torch.nn.Linear(C, 3 * C, bias=False), torch.nn.Linear(C, C, bias=False)
-            for x in ordinary:
-                scratch = torch.zeros(batch, n_heads, x.shape[1], d_head)  # [B, H, n, D]
-                _baseline_forward(x, qkv_w, out_w, scratch, torch.zeros_like(scratch), 0, n_heads)
-            k_all = torch.zeros(batch, n_heads, length + steps, d_head)  # [B, H, max_len, D], allocated once
+            for n in seeded.ordinary_sizes(8, 64, seed):
+                scratch = torch.zeros(batch, n_heads, n, d_head)  # [B, H, n, D]
+                _baseline_forward(x[:, :n], qkv_w, out_w, scratch, torch.zeros_like(scratch), 0, n_heads)
+            k_all = torch.zeros(batch, n_heads, 10, d_head)  # [B, H, 10, D]: the same short decode
             v_all = torch.zeros_like(k_all)
-            k_all[:, :, :length], v_all[:, :, :length] = k_old, v_old
-            outs = [_baseline_forward(new[:, i : i + 1], qkv_w, out_w, k_all, v_all, length + i, n_heads)
-                    for i in range(steps)]
-            return {"out": torch.cat(outs, dim=1), "length": length + steps}
-        m = _build(pkg, C, n_heads, False, qkv_w, out_w)
-        for x in ordinary:  # ordinary calls first: no step is the process's first
-            m(x)
-        cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, length + steps, d_head)
-        cache.append(k_old.contiguous(), v_old.contiguous())
-        del k_old, v_old
-        outs = [m(new[:, i : i + 1], cache) for i in range(steps)]
+            for start, t in ((0, 8), (8, 1), (9, 1)):
+                _baseline_forward(x[:, start : start + t], qkv_w, out_w, k_all, v_all, start, n_heads)
+            return None
+        m = _DECODE["module"] = _build(pkg, C, n_heads, False, qkv_w, out_w)
+        for n in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: no step is the process's first
+            m(x[:, :n].clone())
+        cache = _mod(pkg, "kv_cache").KVCache(batch, n_heads, 10, d_head)  # and a short decode: what a first step
+        for start, t in ((0, 8), (8, 1), (9, 1)):  # costs once in a process (a kernel's set-up) is no measured length's
+            m(x[:, start : start + t].clone(), cache)
+    return None
+
+
+def decode_cost_fill(length, steps, new_module=False, *, seed=0, pkg):
+    """A new cache of max_len length + steps, holding the keys and values of `length` seeded prefix tokens (projected
+    by the grader, put in through one `append`: a prefill through forward would count its own call overheads); with
+    `new_module`, a new module too (the same weights), whose first call is then the first measured step. Not
+    measured: the next call, the steps, is."""
+    d = _DECODE
+    if new_module and not d["baseline"]:
+        d["module"] = _build(pkg, d["n_heads"] * d["d_head"], d["n_heads"], False, d["qkv_w"], d["out_w"])
+    B, H, D = d["batch"], d["n_heads"], d["d_head"]
+    C = H * D
+    prefix = torch.as_tensor(seeded.decode_prefix(B, H, D, length, seed))  # [B, L, C]
+    with torch.no_grad():
+        k_old, v_old = (t.view(B, length, H, D).transpose(1, 2).contiguous()
+                        for t in F.linear(prefix, d["qkv_w"][C:]).split(C, dim=-1))  # [B, H, L, D] each: no queries
+    d.pop("cache", None)
+    if d["baseline"]:
+        k_all = torch.zeros(B, H, length + steps, D)  # [B, H, max_len, D], allocated once
+        v_all = torch.zeros_like(k_all)
+        k_all[:, :, :length], v_all[:, :, :length] = k_old, v_old
+        d["cache"] = (k_all, v_all, length)
+        return None
+    cache = d["cache"] = _mod(pkg, "kv_cache").KVCache(B, H, length + steps, D)
+    cache.append(k_old, v_old)
+    return None
+
+
+def decode_cost_steps(new, *, pkg):
+    """The measured call: one decode step per token of new [B, S, C] (drawn by the parent after the fill), through
+    the module's forward with the cache (for the baseline, the grader's own cached forward). Returns the outputs
+    [B, S, C] and the cache's length after them; the parent checks the outputs and reads the cost from outside."""
+    d = _DECODE
+    new = _t(new)
+    S = new.shape[1]
+    with torch.no_grad():
+        if d["baseline"]:
+            k_all, v_all, length = d["cache"]
+            outs = [_baseline_forward(new[:, i : i + 1], d["qkv_w"], d["out_w"], k_all, v_all, length + i, d["n_heads"])
+                    for i in range(S)]
+            return {"out": torch.cat(outs, dim=1), "length": length + S}
+        m, cache = d["module"], d["cache"]
+        outs = [m(new[:, i : i + 1], cache) for i in range(S)]
     return {"out": torch.cat(outs, dim=1), "length": int(getattr(cache, "length", -1))}
 
 
@@ -199,10 +238,18 @@ def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     return query, key, attn_mask, dropout_p, is_causal
 
 
+def _plain(x, kind):
+    """x as `kind` where it is a plain Python number (a bool, int or float), else None: a tensor is never read."""
+    return kind(x) if isinstance(x, (bool, int, float)) else None
+
+
 class _SdpaSpy(TorchFunctionMode):
     """Records every F.scaled_dot_product_attention call made while it is active, however the call
     was written (positional or keyword arguments, a name imported from torch, a CausalBias mask),
-    and hands the call on unchanged: the student's code gets exactly what it would get without it."""
+    and hands the call on unchanged: the student's code gets exactly what it would get without it.
+    Inert: it records the arguments' types, shapes and dtypes (metadata) and plain numbers, and never computes
+    on a tensor's values (no comparison, no .all(), no float() of a tensor): a CausalBias mask stays lazy, so the
+    call costs the same memory and time watched or not (tests/test_cost_growth_fused.py)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -216,13 +263,12 @@ class _SdpaSpy(TorchFunctionMode):
             except TypeError:
                 pass  # the call itself will say what is wrong with its arguments
             else:
-                floating = isinstance(mask, torch.Tensor) and mask.is_floating_point()
-                self.calls.append({"attn_mask": None if mask is None else list(getattr(mask, "shape", [])),
+                tensor = isinstance(mask, torch.Tensor)
+                self.calls.append({"attn_mask": None if mask is None else _shape(mask) or [],
                                    "mask_type": None if mask is None else type(mask).__name__,
-                                   # a float mask is added to the scores: one of only 0s and 1s hides nothing
-                                   "mask_float_01": bool(floating and ((mask == 0) | (mask == 1)).all()),
-                                   "dropout_p": float(p),
-                                   "is_causal": bool(causal), "q": list(q.shape), "k": list(k.shape)})
+                                   "mask_dtype": str(mask.dtype).replace("torch.", "") if tensor else None,
+                                   "dropout_p": _plain(p, float), "is_causal": _plain(causal, bool),
+                                   "q": _shape(q), "k": _shape(k)})
         return func(*args, **kwargs)
 
 
@@ -261,30 +307,33 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
-def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, pkg):
+def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, watched=True, pkg):
     """One causal call at length T (B = H = 1), after 1 to 3 ordinary ones of 8 to 64 tokens (seeded.ordinary_sizes),
     in a fresh child that ends after it, so the parent can read the child's peak memory when it reaps it
     (sandbox.Worker.measure): the student's fused_attention, or, for the baseline,
     F.scaled_dot_product_attention itself, on seeded.attention_inputs. Returns the output (the parent checks
-    rows of it that it picks afterwards), its shape and the SDPA calls seen (which only name the mistake: the
-    peak, measured outside, decides)."""
+    rows of it that it picks afterwards; the baseline returns its own, so what sending it back costs is on both
+    sides), its shape and the SDPA calls seen (which only name the mistake: the peaks, measured outside at three
+    lengths, decide: stages/growth.py)."""
     fa = _sdpa_causal if baseline else _mod(pkg, "fused").fused_attention
     with torch.no_grad():  # ordinary calls first: the measured one is never the process's first
         for n in seeded.ordinary_sizes(8, 64, seed):
             fa(*(torch.from_numpy(a).view(1, 1, n, d_head) for a in seeded.attention_inputs(n, d_head, seed)), causal=True)
     q, k, v = (torch.from_numpy(a).view(1, 1, T, d_head) for a in seeded.attention_inputs(T, d_head, seed))
-    with _SdpaSpy() as spy, torch.no_grad():
+    spy = _SdpaSpy() if watched else contextlib.nullcontext(None)  # watched=False: the same call, no probe (tests)
+    with spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
     shape = list(out.shape) if hasattr(out, "shape") else None
-    return {"calls": spy.calls, "shape": shape, "out": None if baseline or shape != [1, 1, T, d_head] else out}
+    return {"calls": spy.calls if watched else [], "shape": shape, "out": out if shape == [1, 1, T, d_head] else None}
 
 
 def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, pkg):
     """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1), after 1 to 3 ordinary
     ones of 8 to 64 tokens, in a fresh child that ends after it, so the parent can read the child's peak memory
     (sandbox.Worker.measure); for the baseline, the same projections around F.scaled_dot_product_attention
-    itself, none of the submission. Returns the output (checked by the parent at rows it picks afterwards), its
-    shape and the SDPA calls seen (which only name the mistake: the peak, measured outside, decides)."""
+    itself, none of the submission. Returns the output (checked by the parent at rows it picks afterwards; the
+    baseline returns its own too), its shape and the SDPA calls seen (which only name the mistake: the peaks,
+    measured outside at three lengths, decide: stages/growth.py)."""
     x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, d_model, seed))
 
     def forward(x):  # [1, T, C] -> [1, T, C]
@@ -298,7 +347,7 @@ def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, pkg):
     with _SdpaSpy() as spy, torch.no_grad():
         out = m(x)
     shape = list(out.shape) if hasattr(out, "shape") else None
-    return {"calls": spy.calls, "shape": shape, "out": None if baseline or shape != [1, T, d_model] else out}
+    return {"calls": spy.calls, "shape": shape, "out": out if shape == [1, T, d_model] else None}
 
 
 def _sdpa_causal(q, k, v, causal=True):

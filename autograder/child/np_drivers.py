@@ -18,12 +18,14 @@ def dropout_probe(weights, p, seed, training, *, pkg):
     return invariants.call(fn, np.asarray(weights), p, np.random.default_rng(seed), training)
 
 
-def softmax_memory_run(rows, n, baseline=False, *, seed=0, pkg):
-    """One softmax call on scores [rows, n] drawn from the grade's seed, after 1 to 3 ordinary small ones, in a fresh
+def softmax_memory_run(salt=0, baseline=False, *, seed=0, pkg):
+    """One softmax call on scores [rows, n] whose shape and values are drawn from the grade's seed
+    (seeded.softmax_shape: the range a correctness check uses too), after 1 to 3 ordinary small ones, in a fresh
     child whose peak memory the parent reads when it reaps it; for the baseline, the same inputs and no call. A
     numpy softmax of a few thousand numbers adds next to nothing; one that loads a library while it runs (torch,
     ~190 MiB) shows in the peak. Returns {"shape", "out"}: the parent checks the output too, so the measured
     call must be a softmax."""
+    rows, n = seeded.softmax_shape(seed, salt)
     scores = seeded.scores(rows, n, seed)
     if baseline:
         return {"shape": [rows, n], "out": None}
@@ -39,10 +41,11 @@ def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, pkg):
     """One causal tiled call at n = n_q = n_k, after 1 to 3 ordinary ones of 8 to 64 rows, in a fresh child that ends
     after it, so the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure); for the
     baseline, the same inputs and no call. Returns {"shape", "out"}: the output, which the parent checks at rows
-    it picks afterwards (the peak, measured outside, decides the memory)."""
+    it picks afterwards (the peak, measured outside, decides the memory; stages/growth.py compares it at three
+    lengths)."""
     q, k, v = seeded.attention_inputs(n, d, seed, np.float64)
-    if baseline:
-        return {"shape": [n, d], "out": None}
+    if baseline:  # an output of the same size goes back, so what sending it costs is on both sides
+        return {"shape": [n, d], "out": np.zeros((n, d))}
     tiled = _mod(pkg, "tiled").tiled_attention
     for m in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
         tiled(*(a[:m] for a in (q, k, v)), True, block, block)

@@ -3,18 +3,20 @@ torch: the parent imports this module too). Drawn from a seed, so nothing this l
 import numpy as np
 
 
-def decode_step(batch: int, n_heads: int, d_head: int, length: int, steps: int, seed: int = 0) -> tuple:
-    """The measured decode steps' arrays: the weights qkv [3C, C] and out [C, C] (nn.Linear's layout), the prefix
-    x [B, L, C] whose keys and values (the grader projects them) fill the cache, and the new tokens
-    x [B, steps, C], fed one at a time, float32 (what the child's tensors hold: torch takes them without a copy)."""
+def decode_weights(n_heads: int, d_head: int, seed: int = 0) -> tuple:
+    """The weights of the measured decode steps' module, qkv [3C, C] and out [C, C] (nn.Linear's layout), float32."""
     C = n_heads * d_head
-    source = np.random.default_rng(seed)
+    source = np.random.default_rng([seed, 7])
+    return tuple(source.standard_normal(shape, dtype=np.float32) / np.float32(C**0.5) for shape in ((3 * C, C), (C, C)))
 
-    def draw(shape: tuple) -> np.ndarray:
-        return source.standard_normal(shape, dtype=np.float32)
 
-    qkv_w, out_w = draw((3 * C, C)) / np.float32(C**0.5), draw((C, C)) / np.float32(C**0.5)
-    return qkv_w, out_w, draw((batch, length, C)), draw((batch, steps, C))
+def decode_prefix(batch: int, n_heads: int, d_head: int, length: int, seed: int = 0) -> np.ndarray:
+    """x [B, L, C] of the tokens whose keys and values (the grader projects them) fill the cache before the measured
+    steps at one length, float32 (what the child's tensors hold: torch takes them without a copy)."""
+    return np.random.default_rng([seed, 7, length]).standard_normal((batch, length, n_heads * d_head), dtype=np.float32)
+
+
+DECODE_RANGE = (128, 768)  # the cache lengths the decode steps are measured at and the decode checks use
 
 
 def ordinary_sizes(low: int, high: int, seed: int = 0) -> list[int]:
@@ -47,8 +49,31 @@ def module_inputs(n: int, d_model: int, seed: int = 0) -> tuple:
     return x, qkv_w, out_w
 
 
-def decode_length(longest: int, seed: int) -> int:
-    """How many positions the measured decode steps find in the cache: drawn from the grade's seed between 3/4 of
-    `longest` and `longest` (762 to 1,016), so a step cannot be cheap at one known length alone (secret on
-    Gradescope)."""
-    return longest - int(np.random.default_rng([seed, 1023]).integers(0, longest // 4 + 1))
+FUSED_RANGE = (1024, 8192)  # the lengths T of the fused memory rule's calls and of a fused correctness check
+TILED_RANGE = (512, 4096)  # the lengths n of the tiled memory rule's calls and of a tiled correctness check
+SOFTMAX_RANGE = ((2, 32), (2, 512))  # rows and columns of the softmax library check's call and of a softmax check
+
+
+def growth_sizes(low: int, high: int, seed: int, salt: int = 0) -> tuple[int, int, int]:
+    """Three lengths of one cost rule's calls, shortest first, drawn from the grade's seed (secret on Gradescope)
+    between `low` and `high`: the shortest within low .. low + low/16, the longest within the last quarter, one
+    between (at least twice the shortest, at most half the longest). How the cost grows over them decides the rule,
+    and the shortest sits at the range's start, so code that changes its algorithm at any length above it is
+    measured on both sides of its switch."""
+    source = np.random.default_rng([seed, 4099, salt, low, high])
+    shortest = low + int(source.integers(0, low // 16))
+    longest = high - int(source.integers(0, high // 4 + 1))
+    return shortest, int(source.integers(2 * shortest, longest // 2 + 1)), longest
+
+
+def checked_size(low: int, high: int, seed: int, salt: int = 0) -> int:
+    """One length drawn from the grade's seed between `low` and `high`, for a correctness check that shares a cost
+    rule's range: the rule's lengths are no lengths that only a measurement uses."""
+    return int(np.random.default_rng([seed, 4100, salt, low, high]).integers(low, high + 1))
+
+
+def softmax_shape(seed: int, salt: int = 0) -> tuple[int, int]:
+    """(rows, n) of a softmax call drawn from the grade's seed over SOFTMAX_RANGE (the library check's, salt 0)."""
+    (r0, r1), (n0, n1) = SOFTMAX_RANGE
+    source = np.random.default_rng([seed, 4101, salt])
+    return int(source.integers(r0, r1 + 1)), int(source.integers(n0, n1 + 1))

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..sandbox.safe_files import read_text
+from ..sandbox.submission import SHOWN
 from ..stages import BY_NAME, SUBMISSION_FILES
 from ..stages.validate import defined_at
 
@@ -26,9 +27,6 @@ def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
     return None
 
 
-# a path the grader reads -> how the student uploaded it (a zip's member, a file of Gradescope's upload):
-# filled in by submission.survey, so that no message names a temporary copy
-SHOWN: dict[Path, str] = {}
 
 
 def rel(path: Path) -> str:

@@ -81,6 +81,12 @@ def _interpreter_shared() -> bool:
     return _others_can_use(Path(sys.executable)) and numpy is not None and _others_can_use(Path(numpy.origin))
 
 
+def contained() -> bool:
+    """Whether the children can reach none of the grader's own files: each runs inside namespaces (the
+    allowlist view), or under a user of its own (root)."""
+    return namespaces.available() or separate_user_possible()
+
+
 _uids = itertools.count()
 
 

@@ -26,14 +26,6 @@ TMP_SIZE = "256m"  # each private tmpfs (/tmp, /dev/shm, the hidden folders) hol
 ROOT_PARENTS = ("/dev/shm", "/tmp", "/mnt")
 
 
-def contained() -> bool:
-    """Whether the children can reach none of the grader's own files: each runs inside namespaces (the
-    allowlist view), or under a user of its own (root)."""
-    from .launchers import separate_user_possible  # here, not above: launchers imports this module
-
-    return available() or separate_user_possible()
-
-
 def _flags(pid_namespace: bool = True) -> list[str]:
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     pid = ["--pid"] if pid_namespace else []

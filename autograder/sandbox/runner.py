@@ -282,7 +282,67 @@ class Worker:
         return box["value"]
 
     def _measure_now(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (), **kwargs: Any):
-        if self.retired:  # a cancelled grade measures nothing more
+        return self._in_fresh_child(target, lambda fresh: fresh.call(target, *args, timeout=timeout, **kwargs), loads)
+
+    def measure_calls_soon(self, key: str, calls: list, timeout: float | None = None, loads: tuple = ()) -> None:
+        """Start `measure_calls(calls, ...)` now, in a thread of its own; the first measure_calls with the same `key`
+        takes its result (or its error)."""
+        import threading
+
+        key = repr(("calls", key))
+        if key in self._soon or self.retired:
+            return
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["value"] = self._measure_calls_now(calls, timeout=timeout, loads=loads)
+            except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this measurement
+                box["error"] = e
+
+        thread = threading.Thread(target=run, daemon=True)
+        self._soon[key] = (thread, box)
+        thread.start()
+
+    def measure_calls(self, calls: list, timeout: float | None = None, loads: tuple = (),
+                      key: str | None = None) -> tuple[list, Any, Any]:
+        """Make `calls`, [(target, args, kwargs, counted), ...], in order in one fresh child of their own that ends
+        after the last. Returns (results, whole-life peak bytes, whole-life CPU seconds): results holds each call's
+        (value, per_call.Cost or None), the Cost for a `counted` call being what that call alone added, read by this
+        process around it (sandbox/per_call.py: the child's high-water mark reset just before, read just after;
+        the child waits on its request pipe between calls). A Cost's fields are None where the system cannot
+        tell (no /proc): the whole-life counts (the kernel's, at reaping, its start taken off the CPU time) are
+        the fallback. With `key`, a measure_calls_soon of that key started ahead is used once."""
+        ahead = self._soon.pop(repr(("calls", key)), None) if key is not None else None
+        if ahead is None:
+            return self._measure_calls_now(calls, timeout=timeout, loads=loads)
+        thread, box = ahead
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _measure_calls_now(self, calls: list, timeout: float | None = None, loads: tuple = ()):
+        from .per_call import Meter
+
+        def run(fresh: "Worker") -> list:
+            results, meter = [], None
+            for target, args, kwargs, counted in calls:
+                if not counted:
+                    results.append((fresh.call(target, *args, timeout=timeout, **kwargs), None))
+                    continue
+                meter = meter or Meter(fresh.child.pid)
+                meter.start()
+                value = fresh.call(target, *args, timeout=timeout, **kwargs)
+                results.append((value, meter.stop()))
+            return results
+
+        return self._in_fresh_child(calls[0][0], run, loads)
+
+    def _in_fresh_child(self, target: str, run, loads: tuple = ()):
+        """run(fresh) in a fresh child of its own (preloading `target`'s module), which then must end: (what run
+        returned, the child's whole-life peak bytes, its CPU seconds less its start), as in _measure_now."""
+        if self.retired:
             raise BudgetSpent("not run: the grade was cancelled")
         fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
@@ -294,7 +354,7 @@ class Worker:
         try:
             if self.retired:  # retired between the check above and the line before
                 raise BudgetSpent("not run: the grade was cancelled")
-            value = fresh.call(target, *args, timeout=timeout, **kwargs)
+            value = run(fresh)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
             fresh.child.requests = -1
             deadline = time.monotonic() + LINGER_S
@@ -306,7 +366,7 @@ class Worker:
                 # the child's own peak reaches it. A measurement it kept from being read is not a pass.
                 raise StudentCrash(f"after answering, the process that ran this call kept running for "
                                    f"{LINGER_S:.0f} s instead of ending, so its memory could not be measured")
-            # the CPU time of the call: the kernel's count for the child's life, less its start (the interpreter
+            # the CPU time of the calls: the kernel's count for the child's life, less its start (the interpreter
             # and libraries), which it said before any of the submission ran
             cpu = fresh.child.cpu_s
             if cpu is not None and fresh._start_cpu is not None:

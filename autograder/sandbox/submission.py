@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .. import KIT_VERSION
-from ..feedback.sources import SHOWN
 from ..stages import SUBMISSION_FILES as STAGE_FILES
 from .safe_files import MAX_FILE_BYTES, UnusableFile, problem, read_bytes
 
 MAX_UNZIPPED = 5 * 2**20
 SKIPPED_FOLDERS = {"__pycache__", "autograder", "attn_ref", "node_modules", "venv"}  # never the student's work
+
+# a path the grader reads -> how the student uploaded it (a zip's member, a file of Gradescope's upload):
+# filled in by survey, so that no message names a temporary copy (feedback.sources.rel reads it)
+SHOWN: dict[Path, str] = {}
 
 
 @dataclass

@@ -139,6 +139,8 @@ def start_measurements(api, stage, seed: int = 0) -> None:
 
     if container_memory() is not None:
         return
+    if stage.name in AHEAD and getattr(api.worker, "measure_calls_soon", None) is not None:
+        AHEAD[stage.name](api, seed)
     for fn in stage.functions:
         if not fn.measured:
             continue
@@ -152,6 +154,69 @@ def start_measurements(api, stage, seed: int = 0) -> None:
             soon(target, *args, True, timeout=60, loads=loads, seed=seed)
         elif key not in _BASELINE and _saved_baseline(key) is None:
             soon(target, *args, True, timeout=60, loads=loads)
+
+
+AHEAD: dict = {}  # stage name -> start(api, seed): its counted runs (start_counted), started with the stage
+
+
+def _counted_plan(api, calls: list) -> tuple[list, tuple]:
+    """[(declared function name, args, kwargs, counted), ...] as the worker's [(target, ...)], and the parts of numpy
+    and torch that the files the first one reads import (loaded in the child's start, by both sides alike)."""
+    from . import FUNCTIONS
+
+    first = FUNCTIONS[calls[0][0]]
+    folder = getattr(getattr(api, "worker", None), "submission", None)
+    loads = imported_libraries(folder, [f.removesuffix(".py") for f in first.reads]) if folder is not None else ()
+    return [(FUNCTIONS[name].target, tuple(args), dict(kwargs), counted) for name, args, kwargs, counted in calls], loads
+
+
+def start_counted(api, key: str, calls: list, baseline_calls: list) -> None:
+    """Start counted_beside_baseline(api, key, calls, baseline_calls) now, both children, beside the stage's other
+    checks; the check that asks with the same key takes the results."""
+    for side, plan in (("student", calls), ("baseline", baseline_calls)):
+        targets, loads = _counted_plan(api, plan)
+        api.worker.measure_calls_soon(f"{key}:{side}", targets, timeout=60, loads=loads)
+
+
+def counted_beside_baseline(api, key: str, calls: list, baseline_calls: list) -> tuple:
+    """Per-call accounting against the grader's own code: `calls`, [(declared function name, args, kwargs,
+    counted), ...], made in order in one fresh child (sandbox.Worker.measure_calls), and `baseline_calls` (the
+    same calls with baseline=True: the grader's code doing the same work) in another, side by side (one after the
+    other in a memory-limited container). For each counted call, what that call alone added to its child's peak
+    memory and CPU time is read from outside the child, which waits between calls (sandbox/per_call.py): what
+    the child built before it (a module, buffers, a cache) is not the call's. Returns (student, baseline), each
+    (results, whole-life peak bytes, whole-life CPU seconds), results holding each call's (value,
+    per_call.Cost or None); a Cost's fields are None where the system cannot tell (no /proc: macOS), and the
+    whole-life counts (wait4's, at reaping) are the fallback. Started ahead by start_counted under the same key."""
+    import threading
+
+    from ..child.policy import container_memory
+    from ..outcomes import CannotReplay
+
+    if getattr(api, "worker", None) is None:  # the reference standing in (api.ReplayAPI): nothing to run
+        raise CannotReplay(calls[0][0])
+    api.called.extend(name for name, *_ in calls)
+    box: dict = {}
+
+    def baseline() -> None:
+        try:
+            targets, loads = _counted_plan(api, baseline_calls)
+            box["value"] = api.worker.measure_calls(targets, timeout=60, loads=loads, key=f"{key}:baseline")
+        except Exception as e:  # noqa: BLE001 - said by the caller only if the student's side succeeded
+            box["error"] = e
+
+    base = threading.Thread(target=baseline)
+    base.start()
+    if container_memory() is not None:  # in a small container, one torch-sized child at a time
+        base.join()
+    try:
+        targets, loads = _counted_plan(api, calls)
+        student = api.worker.measure_calls(targets, timeout=60, loads=loads, key=f"{key}:student")
+    finally:  # the baseline's child is never left to a grade that ends
+        base.join()
+    if "error" in box:
+        raise box["error"]
+    return student, box["value"]
 
 
 def _baseline_key(api, what, args, loads=()) -> tuple:
@@ -252,9 +317,9 @@ def _baseline_file(key: tuple):
     import sys
     from pathlib import Path
 
-    from ..sandbox import namespaces
+    from ..sandbox import launchers, namespaces
 
-    if os.geteuid() == 0 and not namespaces.contained():
+    if os.geteuid() == 0 and not launchers.contained():
         return None
     child = Path(__file__).resolve().parent.parent / "child"  # read, not imported: this process never loads torch
     code = b"".join((child / f).read_bytes() for f in ("drivers.py", "np_drivers.py", "seeded.py"))

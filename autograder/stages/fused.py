@@ -6,13 +6,17 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import causal_rows, expect_defaults, over_baseline, randn, sampled_rows, shape_str
+from . import common, growth
+from .common import causal_rows, expect_defaults, randn, sampled_rows, shape_str
 from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
 ASK = 'What does the fused call receive, and what does it build itself?'
-MEMORY_T_D = (8192, 16)  # T and d_head of the memory check's one causal call (B = H = 1): T decides the T x T
-# matrix the check looks for; a d_head of 16 instead of 32 takes a third off the call's CPU (a regrade runs two)
+LOW, HIGH = seeded.FUSED_RANGE
+MODULE_SALT = 1  # the module's lengths are drawn apart from the function's
+MEMORY_D = 32  # d_head (d_model for the module) of the memory rule's causal calls (B = H = 1), at three lengths T
+# drawn from the grade's seed over seeded.FUSED_RANGE (seeded.growth_sizes); 32 makes a call's own tensors (4 T d
+# float32) large enough beside the noise of a peak (0.1 to 0.3 MiB) that a linear call's growth reads near 2x
 STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads", "kv_cache"),
     reread='B "Code that matches the hand numbers"',
@@ -24,9 +28,8 @@ STAGE = Stage(
         Function(name="fused_with_defaults", target="driver:fused_with_defaults", reads=("fused.py",)),
         Function(name="module_fused_probe", target="driver:module_fused_probe", reads=("module.py",)),
         Function(name="module_fused_decode", target="driver:module_fused_decode", reads=("module.py", "kv_cache.py")),
-        Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",), measured=MEMORY_T_D),
-        Function(name="module_fused_memory_run", target="driver:module_fused_memory_run", reads=("module.py",),
-                 measured=MEMORY_T_D),
+        Function(name="fused_memory_run", target="driver:fused_memory_run", reads=("fused.py",)),
+        Function(name="module_fused_memory_run", target="driver:module_fused_memory_run", reads=("module.py",)),
     ),
     intro="One fused scaled_dot_product_attention call: fill fused_attention and the fused path above.",
     hints=(
@@ -119,24 +122,37 @@ STAGE = Stage(
 )
 
 
-def _evidence(calls: list, q) -> tuple[str | None, str]:
-    """What the recorded SDPA calls show about a wrong output: a float 0/1 mask, or the time and head axes
-    swapped on the way in (a [B, T, H, D] layout). (None, "") when they show neither."""
+def _float_mask_output(q, k, v) -> np.ndarray:
+    """What SDPA returns when the causal mask reaches it as a float tensor of 0s and 1s (added to the scores, so it
+    hides nothing), for q [B, H, T_q, D], k, v [B, H, T_k, D], in float64."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]) + np.tri(T_q, T_k, T_k - T_q)  # [B, H, T_q, T_k]
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return w / w.sum(axis=-1, keepdims=True) @ v
+
+
+def _evidence(r: dict, q, k, v, causal: bool) -> tuple[str | None, str]:
+    """What a wrong output and the recorded SDPA calls (types, shapes and dtypes only: the spy reads no values)
+    show: a float mask whose output is the one a float mask of 0s and 1s gives (decided here, from the returned
+    values), or the time and head axes swapped on the way in (a [B, T, H, D] layout). (None, "") when neither."""
     B, H, T, D = q.shape
-    for c in calls:
-        if c.get("mask_float_01"):
-            return "fused-float-mask", f"the call got a float mask of shape {c['attn_mask']} holding only 0s and 1s"
+    for c in r["calls"]:
+        floating = c.get("mask_type") == "Tensor" and str(c.get("mask_dtype")).startswith(("float", "bfloat"))
+        if causal and floating and np.allclose(r["out"], _float_mask_output(q, k, v), rtol=1e-4, atol=1e-5):
+            return "fused-float-mask", (f"the call got a {c['mask_dtype']} mask of shape {c['attn_mask']}, and the "
+                                        "output is what a float mask of 0s and 1s gives")
         if H != T and c["q"] == [B, T, H, D]:
             return "fused-layout", f"the call got q of shape {c['q']} for q [B, H, T, D] = {list(q.shape)}"
     return None, ""
 
 
-def _check_fused(r: dict, want, what: str, q, inputs: str, mistakes=None) -> None:
-    """check_close of the student's output, naming what the SDPA calls show when it differs."""
+def _check_fused(r: dict, want, what: str, qkv: tuple, causal: bool, inputs: str, mistakes=None) -> None:
+    """check_close of the student's output, naming what the output and the SDPA calls show when it differs."""
     try:
         check_close(r["out"], want, what, inputs=inputs, mistakes=mistakes)
     except Fail as f:
-        found, why = _evidence(r["calls"], q)
+        found, why = _evidence(r, *qkv, causal)
         if f.diagnosis or found is None:
             raise
         raise diagnosed(found, f"{why}; {f}") from None
@@ -153,8 +169,16 @@ def reference(api, ctx):
     for B, H, T, D, causal in [(2, 3, 6, 4, True), (1, 2, 5, 8, False), (2, 1, 1, 4, True)]:
         q, k, v = _qkv(rng, B, H, T, T, D)
         r = api.fused_probe(q, k, v, causal)
-        _check_fused(r, ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})", q,
-                     shape_str(q))
+        _check_fused(r, ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})", (q, k, v),
+                     causal, shape_str(q))
+    T = seeded.checked_size(LOW, 2 * LOW, ctx.seed)  # a length of the memory rule's range (its cheaper half), checked
+    q, k, v = _qkv(rng, 1, 1, T, T, 8)
+    rows = sampled_rows(T)
+    got = np.asarray(api.fused_probe(q, k, v, True)["out"])
+    if got.shape != q.shape:
+        raise Fail(f"fused_attention of q, k, v {shape_str(q)} returned shape {list(got.shape)}; expected {list(q.shape)}")
+    check_close(got[0, 0, rows], causal_rows(q[0, 0], k[0, 0], v[0, 0], rows),
+                f"fused_attention causal at T={T}, at rows picked after the call", inputs=shape_str(q))
 
 
 @STAGE.check(points=2, kind="reference", cite="Article B, 'What it costs as the sequence grows'",
@@ -165,8 +189,8 @@ def bottom_right_when_lengths_differ(api, ctx):
     for T_q, T_k in [(1, 6), (3, 7)]:
         q, k, v = _qkv(rng, 1, 2, T_q, T_k, 4)
         r = api.fused_probe(q, k, v, True)
-        _check_fused(r, ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}", q,
-                     f"q {shape_str(q)}, k {shape_str(k)}", {"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
+        _check_fused(r, ctx.ref.fused_attention(q, k, v, True), f"fused_attention, T_q={T_q}, T_k={T_k}", (q, k, v),
+                     True, f"q {shape_str(q)}, k {shape_str(k)}", {"fused-top-left": ctx.mistakes.fused_top_left(q, k, v)})
 
 
 @STAGE.check(points=1.5, kind="property", visibility="public", rule="Dropout is applied only when `training` is True.")
@@ -201,29 +225,31 @@ def dropout_when_training(api, ctx):
 
 @STAGE.check(points=1, kind="reference", rule="fused=True computes the attention with `fused_attention`.")
 def module_fused_path(api, ctx):
-    """CausalSelfAttention(fused=True) matches the reference, and at T = 8192 its forward adds far less memory than
-    a T x T float32 matrix (the kernel's count, read by the grader) as a path through the fused call does"""
+    """CausalSelfAttention(fused=True) matches the reference, and its forward's memory grows with T, not T^2, over
+    three lengths drawn from the grade's seed (the kernel's counts, read by the grader), as a path through the
+    fused call does"""
     rng = ctx.rng("fused-module")
     x = randn(rng, 2, 6, 8, dtype=np.float32)
     qkv_w, out_w = module_weights(rng, 8)
     r = api.module_fused_probe(x, qkv_w, out_w, 2)
     check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, 2), "CausalSelfAttention(fused=True) forward",
                 inputs=shape_str(x))
-    T, C = MEMORY_T_D
-    big, peak, _ = over_baseline(api, "module_fused_memory_run", ctx.seed)
-    if big["shape"] != [1, T, C]:
-        raise Fail(f"CausalSelfAttention({C}, 1, fused=True) on x [1, {T}, {C}] returned shape {big['shape']}; "
-                   f"expected [1, {T}, {C}]")
-    x, qkv_w, out_w = seeded.module_inputs(T, C, ctx.seed)
-    q, k, v = np.split(x[0].astype(np.float64) @ qkv_w.T.astype(np.float64), 3, axis=-1)  # each [T, C]
-    rows = sampled_rows(T)
-    check_close(np.asarray(big["out"])[0, rows], causal_rows(q, k, v, rows) @ out_w.T.astype(np.float64),
-                f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens (the memory check's call), at rows picked "
-                "after the call", inputs=f"x [1, {T}, {C}]")
-    if peak is not None and peak > T * T * 4 / 4:
-        raise diagnosed("fused-not-fused" if not big["calls"] else None,
-                        f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens raised peak memory by "
-                        f"{peak / 2**20:.0f} MiB; a T x T float32 matrix is {T * T * 4 / 2**20:.0f} MiB. With "
+    C = MEMORY_D
+    sizes = seeded.growth_sizes(*seeded.FUSED_RANGE, ctx.seed, MODULE_SALT)
+    runs = growth.measure(api, "module_fused_memory_run", sizes, (C,), ctx.seed)
+    for (big, _, _), T in zip(runs, sizes):
+        if big["shape"] != [1, T, C]:
+            raise Fail(f"CausalSelfAttention({C}, 1, fused=True) on x [1, {T}, {C}] returned shape {big['shape']}; "
+                       f"expected [1, {T}, {C}]")
+        x, qkv_w, out_w = seeded.module_inputs(T, C, ctx.seed)
+        q, k, v = np.split(x[0].astype(np.float64) @ qkv_w.T.astype(np.float64), 3, axis=-1)  # each [T, C]
+        rows = sampled_rows(T)
+        check_close(np.asarray(big["out"])[0, rows], causal_rows(q, k, v, rows) @ out_w.T.astype(np.float64),
+                    f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens (a memory check's call), at rows picked "
+                    "after the call", inputs=f"x [1, {T}, {C}]")
+    g, why = growth.judge(api, "module_fused_memory_run", sizes, (C,), ctx.seed, runs, _own_bytes)
+    if why:
+        raise diagnosed(_memory_mistake(runs, module=True), f"CausalSelfAttention({C}, 1, fused=True): {why}. With "
                         "fused=True the attention goes through fused_attention, which keeps no T x T matrix")
 
 
@@ -241,7 +267,7 @@ def module_fused_with_cache(api, ctx):
         try:
             check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, H), what, inputs=shape_str(x))
         except Fail as f:
-            top_left = [c for c in r["calls"] if c["is_causal"] and c["q"][-2] != c["k"][-2]]
+            top_left = [c for c in r["calls"] if c["is_causal"] and c["q"] and c["k"] and c["q"][-2] != c["k"][-2]]
             if not top_left:
                 raise
             n_q, n_k = top_left[0]["q"][-2], top_left[0]["k"][-2]
@@ -252,29 +278,48 @@ def module_fused_with_cache(api, ctx):
 
 
 @STAGE.check(points=4.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
-              rule="At T = 8192 one causal call must add far less memory than a T x T float32 matrix.")
+              rule=f"One causal call's memory must grow with T * d, not T * T. It is measured at three lengths T "
+                   f"from {seeded.FUSED_RANGE[0]:,} to {seeded.FUSED_RANGE[1]:,}, drawn from the grade's seed (the "
+                   f"shortest below {seeded.FUSED_RANGE[0] * 17 // 16:,}, the longest from "
+                   f"{seeded.FUSED_RANGE[1] * 3 // 4:,}): it must grow about 2x per doubling of T (a T x T matrix "
+                   f"makes 4x), at most {growth.MAX_GROWTH}x, and never fall as T grows.")
 def no_quadratic_memory(api, ctx):
-    """at T = 8192 the fused causal call adds far less memory than one T x T float32 matrix"""
-    T, D = MEMORY_T_D
-    # the student's call run alone in a fresh child, and the peak memory it added over a child that made the
-    # same call with F.scaled_dot_product_attention itself (common.over_baseline)
-    r, peak, _ = over_baseline(api, "fused_memory_run", ctx.seed)
-    tt = T * T * 4
-    if r["shape"] != [1, 1, T, D]:
-        raise Fail(f"fused_attention of q, k, v [1, 1, {T}, {D}] returned shape {r['shape']}; expected [1, 1, {T}, {D}]")
-    rows = sampled_rows(T)  # the memory is a pass only for a call that is right: at rows the child could not know
-    check_close(np.asarray(r["out"])[0, 0, rows], causal_rows(*seeded.attention_inputs(T, D, ctx.seed), rows),
-                f"fused_attention causal at T={T} (the memory check's call), at rows picked after the call",
-                inputs=f"q, k, v [1, 1, {T}, {D}]")
-    if peak is None:
-        return f"memory of one causal call at T={T}: not measured (this system does not report a process's peak)"
-    if peak > tt / 4:
-        found = "fused-not-fused" if not r["calls"] else "fused-materialized-mask" if r["calls"][0]["attn_mask"] else None
-        raise diagnosed(found, f"one causal call at T={T} raised peak memory by {peak / 2**20:.0f} MiB; a T x T "
-                        f"float32 matrix is {tt / 2**20:.0f} MiB. Use is_causal=True instead of building a mask "
-                        "or the scores")
-    return (f"cost of one causal call at T={T}: your fused call added {max(peak, 0) / 2**20:.1f} MiB of peak memory; the "
-            f"T x T float32 scores alone would be {tt / 2**20:.0f} MiB")
+    """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
+    from the grade's seed"""
+    D = MEMORY_D
+    # each length's call run alone in a fresh child, beside a child that made the same call with
+    # F.scaled_dot_product_attention itself: the peaks the kernel counted, read by the grader (stages/growth.py)
+    sizes = seeded.growth_sizes(*seeded.FUSED_RANGE, ctx.seed)
+    runs = growth.measure(api, "fused_memory_run", sizes, (D,), ctx.seed)
+    for (r, _, _), T in zip(runs, sizes):
+        if r["shape"] != [1, 1, T, D]:
+            raise Fail(f"fused_attention of q, k, v [1, 1, {T}, {D}] returned shape {r['shape']}; expected "
+                       f"[1, 1, {T}, {D}]")
+        rows = sampled_rows(T)  # the memory is a pass only for a call that is right: at rows the child could not know
+        check_close(np.asarray(r["out"])[0, 0, rows], causal_rows(*seeded.attention_inputs(T, D, ctx.seed), rows),
+                    f"fused_attention causal at T={T} (a memory check's call), at rows picked after the call",
+                    inputs=f"q, k, v [1, 1, {T}, {D}]")
+    g, why = growth.judge(api, "fused_memory_run", sizes, (D,), ctx.seed, runs, _own_bytes)
+    if g is None:
+        return "memory of a causal call: not measured (this system does not report a process's peak)"
+    if why:
+        raise diagnosed(_memory_mistake(runs), f"{why}. Use is_causal=True instead of building a mask or the scores")
+    return f"cost of one causal call: {growth.describe(g)}; a T x T matrix would make it about 4x per doubling"
+
+
+def _own_bytes(T: int) -> int:
+    """The memory of a measured call's own tensors at length T: q, k, v and the output, float32 [T, MEMORY_D]."""
+    return 4 * T * MEMORY_D * 4
+
+
+def _memory_mistake(runs: list, module: bool = False) -> str | None:
+    """The catalogued mistake the SDPA calls of the measured runs name (types and shapes only), or None."""
+    calls = [r[0]["calls"] for r in runs]
+    if any(not c for c in calls):
+        return "fused-not-fused"
+    if not module and any(c[0]["attn_mask"] is not None for c in calls):
+        return "fused-materialized-mask"
+    return None
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
@@ -287,3 +332,13 @@ def keeps_the_defaults(api, ctx):
     expect_defaults(api, {"fused:fused_attention": {"causal": "True", "dropout_p": "0.0", "training": "False"}}, written)
     check_close(written, ctx.ref.fused_attention(q, k, v, True), "fused_attention(q, k, v) with its defaults",
                 inputs=shape_str(q))
+
+
+def _start(api, seed: int) -> None:
+    """The memory rules' children, started with the stage, beside its other checks (common.start_measurements)."""
+    growth.start(api, "fused_memory_run", seeded.growth_sizes(*seeded.FUSED_RANGE, seed), (MEMORY_D,), seed)
+    growth.start(api, "module_fused_memory_run", seeded.growth_sizes(*seeded.FUSED_RANGE, seed, MODULE_SALT),
+                 (MEMORY_D,), seed)
+
+
+common.AHEAD[STAGE.name] = _start

@@ -12,7 +12,8 @@ from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, require_nontrivial, shape_str
 
-MEMORY_ROWS_N = (16, 256)  # the measured call's scores: 4,096 numbers, 32 KiB
+MEMORY_SALT = (0,)  # the measured call's scores [rows, n]: a shape drawn from the grade's seed over
+# seeded.SOFTMAX_RANGE (at most 32 x 512, 128 KiB), which reference_fp64 draws from too (salt 1)
 LIBRARY_MIB = 64  # what one softmax call on them may add to its child's peak (loading torch adds ~190 MiB)
 
 # rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)
@@ -25,7 +26,7 @@ STAGE = Stage(
     functions=(
         Function(name="softmax", target="softmax:softmax", reference="core:softmax"),
         Function(name="softmax_memory_run", target="npdriver:softmax_memory_run", reads=("softmax.py",),
-                 measured=MEMORY_ROWS_N),
+                 measured=MEMORY_SALT),
     ),
     intro="Turn a row of scores into weights that are positive and sum to one, stably.",
     hints=(
@@ -97,7 +98,8 @@ STAGE = Stage(
 def reference_fp64(api, ctx):
     """matches the reference on random float64 scores, any shape, along every axis"""
     rng = ctx.rng("softmax-fp64")
-    for shape, axis in [((5,), -1), ((3, 7), -1), ((2, 3, 4), -1), ((4, 6), 0), ((2, 5, 3), 1), ((1, 1), -1)]:
+    drawn = seeded.softmax_shape(ctx.seed, 1)  # a shape of the library check's range: its call is no odd one out
+    for shape, axis in [((5,), -1), ((3, 7), -1), ((2, 3, 4), -1), ((4, 6), 0), ((2, 5, 3), 1), ((1, 1), -1), (drawn, -1)]:
         s = randn(rng, *shape, scale=3.0)
         M = ctx.mistakes
         check_close(api.softmax(s, axis=axis), ctx.ref.softmax(s, axis=axis),
@@ -224,7 +226,8 @@ def no_library_softmax(api, ctx):
                     raise Fail(f"{file} line {node.lineno} imports {n}{via}: write softmax with numpy yourself")
     # what the import statements do not show (a module imported at run time under a computed name): one call run
     # alone in a fresh child, its peak read by the grader against a child that drew the same scores without calling
-    rows, n = MEMORY_ROWS_N
+    # (a baseline kept between grades drew its shape at seed 0: at most 128 KiB apart, beside a 64 MiB allowance)
+    rows, n = seeded.softmax_shape(ctx.seed, *MEMORY_SALT)
     r, extra, _ = over_baseline(api, "softmax_memory_run", ctx.seed)
     if list(r["shape"]) != [rows, n]:
         raise Fail(f"softmax of scores [{rows}, {n}] returned shape {r['shape']}; expected [{rows}, {n}]")

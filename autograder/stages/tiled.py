@@ -6,18 +6,20 @@ from ..compare import check_close
 from ..feedback.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
-from .common import RAISED, causal_rows, expect_defaults, expect_value_error, over_baseline, randn, sampled_rows, shape_str
+from . import common, growth
+from .common import RAISED, causal_rows, expect_defaults, expect_value_error, randn, sampled_rows, shape_str
 
-MEMORY_N = 4096
+MEMORY_D = 16  # d of the memory rule's causal calls, float64, at three lengths n drawn from the grade's seed over
+# seeded.TILED_RANGE (seeded.growth_sizes)
 MEMORY_BLOCK = 256  # 136 block pairs of a causal loop at n = 4096 (blocks of 64: 2,080); a block of scores is 0.5 MiB
+LOW, HIGH = seeded.TILED_RANGE
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
     reread='the online-softmax (FlashAttention) forward in numpy; B "What it costs as the sequence grows"',
     bonus=True, worked_points=1.0,
     functions=(
         Function(name="tiled_attention", target="tiled:tiled_attention", reference="api:tiled_attention"),
-        Function(name="tiled_memory_run", target="npdriver:tiled_memory_run", reads=("tiled.py",),
-                 measured=(MEMORY_N, 16, MEMORY_BLOCK)),
+        Function(name="tiled_memory_run", target="npdriver:tiled_memory_run", reads=("tiled.py",)),
     ),
     intro="Bonus: tiled attention with an online softmax, never holding the n x n matrix.",
     hints=(
@@ -68,6 +70,14 @@ def tiled_reference_blocks(api, ctx):
     rng = ctx.rng("tiled")
     cases = [(10, 10, 3, 4, True), (7, 12, 4, 5, True), (9, 9, 64, 64, False), (1, 9, 2, 2, True),
              (13, 20, 5, 7, False), (16, 16, 1, 1, True), (20, 20, 8, 3, True), (5, 9, 4, 4, False)]
+    n = seeded.checked_size(LOW, 2 * LOW, ctx.seed)  # a length of the memory rule's range (its cheaper half), checked
+    q, k, v = randn(rng, n, 4), randn(rng, n, 4), randn(rng, n, 3)
+    rows = sampled_rows(n)
+    got = np.asarray(api.tiled_attention(q, k, v, True, MEMORY_BLOCK, MEMORY_BLOCK), dtype=float)
+    if got.shape != (n, 3):
+        raise Fail(f"tiled_attention of q, k [{n}, 4], v [{n}, 3] returned shape {list(got.shape)}; expected [{n}, 3]")
+    check_close(got[rows], causal_rows(q, k, v, rows), f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK}, "
+                "at rows picked after the call", inputs=f"q, k [{n}, 4]")
     for n_q, n_k, bq, bk, causal in cases:
         q, k, v = randn(rng, n_q, 4), randn(rng, n_k, 4), randn(rng, n_k, 3)
         check_close(api.tiled_attention(q, k, v, causal, bq, bk), ctx.ref.tiled_attention(q, k, v, causal),
@@ -88,28 +98,34 @@ def tiled_large_scores(api, ctx):
 
 
 @STAGE.check(points=1.5, kind="property", visibility="public",
-              rule="Extra memory grows with the block sizes and n * d, not n_q * n_k.")
+              rule=f"Extra memory grows with the block sizes and n * d, not n_q * n_k. It is measured at three "
+                   f"lengths n from {LOW:,} to {HIGH:,}, drawn from the grade's seed (the shortest below "
+                   f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, blocks of {MEMORY_BLOCK}: it "
+                   f"may grow at most {growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never "
+                   "fall as n grows.")
 def tiled_memory_linear(api, ctx):
-    """one causal call at n = 4096 adds far less memory than the n x n float64 scores"""
-    n = MEMORY_N
-    # the call run alone in a fresh child, and the peak memory it added over a child that built the same inputs
-    # without calling (common.over_baseline: both peaks are the kernel's, read by the grader)
-    r, extra, _ = over_baseline(api, "tiled_memory_run", ctx.seed)
-    if list(r["shape"]) != [n, 16]:
-        raise Fail(f"tiled_attention of q, k, v [{n}, 16] returned shape {r['shape']}; expected [{n}, 16]")
-    rows = sampled_rows(n)  # the memory is a pass only for a call that is right: at rows the child could not know
-    check_close(np.asarray(r["out"])[rows], causal_rows(*seeded.attention_inputs(n, 16, ctx.seed, np.float64), rows),
-                f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK} (the memory check's call), at rows picked "
-                "after the call", inputs=f"q, k, v [{n}, 16]")
-    full = n * n * 8
-    if extra is None:
-        return f"memory of one causal call at n={n}: not measured (this system does not report a process's peak)"
-    if extra > full / 2:  # an untiled call adds the scores and their exponentials: at least twice this
-        raise Fail(f"one causal call at n={n} (blocks of {MEMORY_BLOCK}) raised peak memory by "
-                   f"{extra / 2**20:.0f} MiB; the n x n float64 scores are {full / 2**20:.0f} MiB. Keep only a block "
-                   "of scores at a time")
-    return (f"memory of one causal call at n={n}: {max(extra, 0) / 2**20:.1f} MiB added; the n x n scores would be "
-            f"{full / 2**20:.0f} MiB")
+    """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
+    the grade's seed"""
+    # each length's call run alone in a fresh child, beside a child that built the same inputs without calling:
+    # the peaks the kernel counted, read by the grader (stages/growth.py)
+    sizes = seeded.growth_sizes(LOW, HIGH, ctx.seed)
+    runs = growth.measure(api, "tiled_memory_run", sizes, (MEMORY_D, MEMORY_BLOCK), ctx.seed)
+    for (r, _, _), n in zip(runs, sizes):
+        if list(r["shape"]) != [n, MEMORY_D]:
+            raise Fail(f"tiled_attention of q, k, v [{n}, {MEMORY_D}] returned shape {r['shape']}; expected "
+                       f"[{n}, {MEMORY_D}]")
+        rows = sampled_rows(n)  # the memory is a pass only for a call that is right: at rows the child could not know
+        check_close(np.asarray(r["out"])[rows],
+                    causal_rows(*seeded.attention_inputs(n, MEMORY_D, ctx.seed, np.float64), rows),
+                    f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK} (a memory check's call), at rows "
+                    "picked after the call", inputs=f"q, k, v [{n}, {MEMORY_D}]")
+    g, why = growth.judge(api, "tiled_memory_run", sizes, (MEMORY_D, MEMORY_BLOCK), ctx.seed, runs,
+                          lambda n: 4 * n * MEMORY_D * 8, "n")
+    if g is None:
+        return "memory of a causal call: not measured (this system does not report a process's peak)"
+    if why:
+        raise Fail(f"{why}. Keep only a block of scores at a time")
+    return f"memory of one causal call: {growth.describe(g, 'n')}; the n x n scores would make it about 4x per doubling"
 
 
 def rows_kept_clean(n_q: int, n_k: int, block_q: int, block_k: int, j0: int) -> int:
@@ -182,3 +198,11 @@ def keeps_the_defaults(api, ctx):
     # a stub's defaults earn nothing: the stage must work first
     written = api.tiled_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)))
     expect_defaults(api, {"tiled:tiled_attention": {"causal": "True", "block_q": "64", "block_k": "64"}}, written)
+
+
+def _start(api, seed: int) -> None:
+    """The memory rule's children, started with the stage, beside its other checks (common.start_measurements)."""
+    growth.start(api, "tiled_memory_run", seeded.growth_sizes(LOW, HIGH, seed), (MEMORY_D, MEMORY_BLOCK), seed)
+
+
+common.AHEAD[STAGE.name] = _start

@@ -1,0 +1,116 @@
+"""What one call adds to a child's memory and CPU time, read from outside the child (Linux's /proc).
+
+Between two calls a child waits on its request pipe, so the grader can bracket one call: just before it, write
+"5" to /proc/PID/clear_refs (the kernel's high-water mark of the resident size, VmHWM, drops to the size now)
+and read the CPU time so far; just after it, read both again. What the call adds is the rise of the high-water
+mark above the size it started from, and the CPU time it took: memory the child took before the call (the module
+it built, buffers of any size, a cache allocated once) is not the call's. Nothing here runs in the child; the
+child can raise these counts, never lower them (its own clear_refs is refused by the run-time guard).
+
+    meter = Meter(pid)          # pid: the launched child (or the process in front of it, e.g. unshare)
+    meter.start()               # the child is idle: reset and read
+    ... one call ...
+    cost = meter.stop()         # Cost(peak_bytes=..., cpu_s=...), None where this system cannot tell
+
+Where /proc is missing (macOS) or cannot be written, the Cost's fields are None and the caller falls back to
+the child's whole-life counts (wait4's rusage when it is reaped).
+"""
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one call added: the rise of the child's peak resident memory over its size when the call began
+    (bytes), and its CPU time (seconds, every thread of the child). None where it could not be read."""
+
+    peak_bytes: int | None
+    cpu_s: float | None
+
+
+def _status_kib(pid: int, field: str) -> int | None:
+    """A `field:` line of /proc/PID/status in KiB (VmHWM, VmRSS), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU time of the child so far: the larger of /proc/PID/stat's user + system ticks (every thread, ended
+    ones too, at the clock tick's resolution) and the sum of its live threads' schedstat run times (nanoseconds).
+    A thread that ended can only leave the first higher, so neither can be lowered by the child."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+    except (OSError, ValueError, IndexError):
+        return None
+    run_ns = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return ticks
+    return max(ticks, run_ns / 1e9)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+    return found
+
+
+def worker_pid(pid: int) -> int | None:
+    """The process that runs the child's code: `pid` itself, or where a launcher put processes in front of it
+    (unshare, new_root.py), the one at the end of its chain of only children. None without /proc."""
+    if not os.path.exists(f"/proc/{pid}/status"):
+        return None
+    for _ in range(4):
+        below = _children(pid)
+        if len(below) != 1:
+            return pid
+        pid = below[0]
+    return pid
+
+
+class Meter:
+    """Brackets one call of an idle child (see the module docstring)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = worker_pid(pid)
+        self._base_kib: int | None = None
+        self._cpu0: float | None = None
+
+    def start(self) -> None:
+        """Reset the child's high-water mark to its size now, and note that size and its CPU time so far."""
+        self._base_kib = self._cpu0 = None
+        if self.pid is None:
+            return
+        try:
+            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:  # not ours to write (another user, an old kernel): the peak since it began is all there is
+            return
+        finally:
+            self._cpu0 = _cpu_s(self.pid)
+        self._base_kib = _status_kib(self.pid, "VmHWM")
+
+    def stop(self) -> Cost:
+        """What the call since start() added."""
+        if self.pid is None:
+            return Cost(None, None)
+        cpu = _cpu_s(self.pid)
+        hwm = _status_kib(self.pid, "VmHWM")
+        peak = None if hwm is None or self._base_kib is None else max(hwm - self._base_kib, 0) * 1024
+        return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0))

@@ -1,0 +1,134 @@
+"""A memory rule judged by growth: one call measured at three lengths drawn from the grade's seed, each in a fresh
+child beside a baseline child (the grader's own code on the same inputs), both peaks the kernel's, read by the
+grader when it reaps them (sandbox.Worker.measure). Whatever a child holds at every length (the interpreter, the
+libraries, a buffer built once) cancels in the comparison; what the call adds at each length is compared with
+the memory of its own tensors, which grows with T * d. A call that keeps no T x T matrix grows about 2x when T
+doubles, one that keeps one about 4x, and one that changes its algorithm at some length shows the change."""
+import math
+from dataclasses import dataclass
+
+from ..child.policy import container_memory
+from .common import imported_libraries
+
+MAX_GROWTH = 2.8  # per doubling of the length: 2x is linear (exponent 1), 4x quadratic (exponent 2)
+MIN_GROWTH = 0.9  # below it the memory fell while the length grew: a T x T matrix at the shorter length only
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What one call's memory did over its lengths: `added` [bytes] over the baseline child at each length, and
+    `own` [bytes], the memory of its tensors there (inputs and output, which grow with T * d)."""
+
+    sizes: tuple[int, ...]
+    added: tuple[int, ...]
+    own: tuple[int, ...]
+
+    @property
+    def memory(self) -> list[int]:
+        """The call's memory at each length: its tensors and what it added over the grader's own code."""
+        return [o + max(a, 0) for o, a in zip(self.own, self.added)]
+
+    def per_doubling(self) -> list[float]:
+        """Between each pair of neighbouring lengths, how many times the memory grew per doubling of the length."""
+        m, n = self.memory, self.sizes
+        return [2 ** (math.log(m[i + 1] / m[i]) / math.log(n[i + 1] / n[i])) for i in range(len(n) - 1)]
+
+    def exponent(self) -> float:
+        """The least-squares exponent p of memory ~ length^p over all lengths (1: linear, 2: quadratic)."""
+        xs, ys = [math.log(n) for n in self.sizes], [math.log(m) for m in self.memory]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+    def broken(self) -> int | None:
+        """The first step (index into per_doubling) outside the linear law, or None when every step keeps it."""
+        return next((i for i, g in enumerate(self.per_doubling()) if not MIN_GROWTH <= g <= MAX_GROWTH), None)
+
+    def lower(self, again: "Growth") -> "Growth":
+        """This one and a re-measurement combined: at each length the smaller addition (noise and load only add)."""
+        return Growth(self.sizes, tuple(min(a, b) for a, b in zip(self.added, again.added)), self.own)
+
+
+def _a(name: str) -> str:
+    return "an" if name[0] in "naeiou" else "a"
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def describe(g: Growth, name: str = "T") -> str:
+    """The measured memories and the growth, in the student's words."""
+    sizes = ", ".join(f"{n:,}" for n in g.sizes)
+    mem = ", ".join(mib(m) for m in g.memory)
+    added = ", ".join(mib(max(a, 0)) for a in g.added)
+    steps = ", then ".join(f"{x:.1f}x" for x in g.per_doubling())
+    return (f"at {name} = {sizes} the call's memory (its inputs and output, plus the {added} MiB it added over "
+            f"the grader's own code) was {mem} MiB: it grew {steps} per doubling of {name} (fitted exponent "
+            f"{g.exponent():.2f})")
+
+
+def verdict(g: Growth, name: str = "T") -> str | None:
+    """Why the growth breaks the rule, in words, or None when it keeps it."""
+    i = g.broken()
+    if i is None:
+        return None
+    step = g.per_doubling()[i]
+    a, b = g.sizes[i], g.sizes[i + 1]
+    if step > MAX_GROWTH:
+        why = (f"your call's memory grew {step:.1f}x when {name} doubled (between {name} = {a:,} and {b:,}); "
+               f"without {_a(name)} {name} x {name} matrix it grows 2x")
+    else:
+        why = (f"your call's memory fell from {mib(g.memory[i])} MiB at {name} = {a:,} to {mib(g.memory[i + 1])} "
+               f"MiB at {b:,}: at the shorter length it kept memory that grows faster than {name} * d ({_a(name)} "
+               f"{name} x {name} matrix), which a longer length did not show")
+    return f"{why}. One call raised peak memory by {', '.join(mib(max(x, 0)) for x in g.added)} MiB; {describe(g, name)}"
+
+
+def _loads(api, reads: tuple) -> tuple:
+    folder = getattr(getattr(api, "worker", None), "submission", None)
+    return imported_libraries(folder, [f.removesuffix(".py") for f in reads]) if folder is not None else ()
+
+
+def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
+    """Start the student's and the baseline's children of every length now (Worker.measure_soon), beside the
+    stage's other checks; measure() takes their results. Not in a memory-limited container (one at a time)."""
+    from . import FUNCTIONS
+
+    soon = getattr(api.worker, "measure_soon", None)
+    if soon is None or container_memory() is not None:
+        return
+    fn = FUNCTIONS[name]
+    loads = _loads(api, fn.reads)
+    for n in sizes:
+        soon(fn.target, n, *rest, timeout=60, loads=loads, seed=seed)
+        soon(fn.target, n, *rest, True, timeout=60, loads=loads, seed=seed)
+
+
+def measure(api, name: str, sizes, rest: tuple, seed: int, baseline: bool = True) -> list[tuple]:
+    """[(value, added peak bytes or None), ...] per length: the declared driver `name` called as
+    (length, *rest) in a fresh child, on inputs drawn from `seed`, and its peak over a fresh child that ran it with
+    baseline=True on the same inputs (baseline=False: the student's children only, the added bytes then None)."""
+    from . import FUNCTIONS
+
+    fn = FUNCTIONS[name]
+    loads = _loads(api, fn.reads)
+    found = []
+    for n in sizes:
+        base = api.worker.measure(fn.target, n, *rest, True, timeout=60, loads=loads, seed=seed)[1] if baseline else None
+        value, peak, _ = api.measure(name, n, *rest, timeout=60, loads=loads, seed=seed)
+        found.append((value, None if peak is None or base is None else peak - base, peak))
+    return found
+
+
+def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label: str = "T") -> tuple:
+    """The growth of `runs` (measure()'s, at `sizes`) and why it breaks the rule: (Growth or None where this system
+    does not count peaks, the reason or None). `own(n)` is the bytes of the call's tensors at length n. A growth
+    that breaks the rule is measured once more (the student's children; the baselines are the grader's own code)
+    and judged on the smaller addition at each length, so a moment's noise takes no point."""
+    if any(r[1] is None for r in runs):
+        return None, None
+    g = Growth(tuple(sizes), tuple(r[1] for r in runs), tuple(own(n) for n in sizes))
+    if g.broken() is not None:
+        again = measure(api, name, sizes, rest, seed, baseline=False)
+        g = g.lower(Growth(g.sizes, tuple(a + (r[2] - p[2]) for a, r, p in zip(g.added, again, runs)), g.own))
+    return g, verdict(g, label)

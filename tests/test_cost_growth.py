@@ -1,0 +1,119 @@
+"""The KV-cache decode cost rule (stages/kv_cache.py, decode_step_cost_linear): judged by how the steps' cost grows
+over three seeded cache lengths, counted per call from outside the child (sandbox/per_call.py), so that memory a
+module takes when it is built is not a step's, and a step that picks its path by the cache's size or by how many
+calls came before is measured on both sides of its switch."""
+import pytest
+from conftest import grade, variant
+
+from autograder.child import seeded
+from autograder.stages import CATALOGUE
+from autograder.stages.kv_cache import DecodeRun, judge_cpu, judge_memory, pair_bytes
+
+QUADRATIC_STEP = [e for m in CATALOGUE.values() if m.id == "cache-quadratic-step" for e in m.mutant]
+APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+PAD = ("                q = torch.cat([q.new_zeros(q.shape[0], self.n_heads, k.shape[-2] - q.shape[-2], q.shape[-1]),"
+       " q], -2)\n")
+SLICE = ("y = self.attend(q, k, v)  #", "y = self.attend(q, k, v)[..., -x.shape[1]:, :]  #")
+# the canonical "Let's build GPT" head: each keeps a causal mask of the largest context, 1,024 x 1,024 (4 MiB)
+TRIL_HEADS = ("        self.out = nn.Linear(d_model, d_model, bias=False)\n",
+              "        self.out = nn.Linear(d_model, d_model, bias=False)\n"
+              "        self.heads = nn.ModuleList(Head() for _ in range(n_heads))\n")
+HEAD_CLASS = ("class CausalSelfAttention(nn.Module):\n",
+              "class Head(nn.Module):\n    def __init__(self) -> None:\n        super().__init__()\n"
+              "        self.register_buffer('tril', torch.tril(torch.ones(1024, 1024)))\n\n\n"
+              "class CausalSelfAttention(nn.Module):\n")
+TRIL_MASK = ("        allowed = torch.ones(T, T_k, dtype=torch.bool, device=q.device).tril(diagonal=T_k - T)  # [T, T_k]\n",
+             "        allowed = self.heads[0].tril[T_k - T : T_k, :T_k] != 0  # [T, T_k]\n")
+
+
+def gated(condition: str) -> dict:
+    """The quadratic step (every pair of scores redone) only while `condition` holds, the linear one otherwise."""
+    return {"module.py": [(APPEND, APPEND + f"            if {condition}:\n" + PAD), SLICE]}
+
+
+def cost_check(sub, seed: int = 0):
+    st = grade(sub, stages=["kv_cache"], seed=seed).stages["kv_cache"]
+    return st, {r.check.name: r for r in st.checks}["decode_step_cost_linear"]
+
+
+def test_a_module_with_per_head_mask_buffers_keeps_every_point(tmp_path):
+    """Found by a stranger: 16 heads each holding a 1,024 x 1,024 tril buffer (64 MiB, which the contract allows)
+    lost the cost check as a quadratic step, the memory built with the module counted as the steps'. Per call, it
+    is not theirs."""
+    sub = variant(tmp_path, {"module.py": [HEAD_CLASS, TRIL_HEADS, TRIL_MASK]})
+    st, cost = cost_check(sub)
+    assert cost.passed, cost.message
+    assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
+
+
+def test_the_quadratic_step_loses_with_its_growth_shown(tmp_path):
+    edits: dict = {}
+    for e in QUADRATIC_STEP:
+        edits.setdefault(e.file, []).append((e.old, e.new))
+    st, cost = cost_check(variant(tmp_path, edits))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert "each time the cache doubled" in cost.message and "linear is 2x" in cost.message
+    assert st.score == st.max_score - cost.check.points  # its outputs are right: only the cost check is lost
+
+
+@pytest.mark.parametrize("threshold", [200, 776])
+def test_a_step_gated_on_the_cache_size_loses(threshold, tmp_path):
+    """Linear only from a cache size on (the issue's `if cache.max_len >= 700`): measured below its switch too."""
+    _, cost = cost_check(variant(tmp_path, gated(f"cache.max_len < {threshold}")))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+
+
+def test_a_step_gated_on_the_call_count_loses(tmp_path):
+    """Linear only after a module's first few calls (the decode checks make at most 7): the measured steps are a
+    new module's calls 1 to 24."""
+    count = "            self.n_calls = getattr(self, 'n_calls', 0) + 1\n"
+    edits = {"module.py": [(APPEND, APPEND + count + "            if self.n_calls <= 4:\n" + PAD), SLICE]}
+    _, cost = cost_check(variant(tmp_path, edits))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+
+
+def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_nothing(tmp_path, monkeypatch):
+    """Where the system cannot count one call (no /proc: macOS), the whole child's CPU time is the fallback and its
+    memory is not judged (its peak holds the module's build), said in the message: the per-head mask module keeps
+    the check, the quadratic step still loses it."""
+    from autograder.sandbox import per_call
+
+    monkeypatch.setattr(per_call, "worker_pid", lambda pid: None)
+    _, cost = cost_check(variant(tmp_path / "tril", {"module.py": [HEAD_CLASS, TRIL_HEADS, TRIL_MASK]}))
+    assert cost.passed and "memory not judged" in cost.note, cost.message
+    _, cost = cost_check(variant(tmp_path / "quad", gated("True")))
+    assert not cost.passed and "whole measuring child" in cost.message, cost.message
+
+
+LENGTHS = (131, 340, 705)
+
+
+def run_of(peak, cpu, base_peak=(0, 0, 0), base_cpu=(0.005, 0.006, 0.011)) -> DecodeRun:
+    return DecodeRun(list(peak), list(base_peak), list(cpu), list(base_cpu), (None, None, None, None))
+
+
+def test_growth_law_on_counts_seen():
+    """The verdicts on counts measured on this kit's machines: correct steps (one row of scores per step), the
+    quadratic step, and a step quadratic at the shortest length only (a size gate)."""
+    mib = 2**20
+    correct = run_of((0.6 * mib, 0, 0.4 * mib), (0.007, 0.006, 0.012))
+    assert not judge_memory(LENGTHS, correct).quadratic and not judge_cpu(LENGTHS, correct).quadratic
+    quadratic = run_of((20 * mib, 255 * mib, 262 * mib), (0.096, 0.750, 3.463))
+    cpu = judge_cpu(LENGTHS, quadratic)
+    assert cpu.quadratic and judge_memory(LENGTHS, quadratic).quadratic
+    assert "grew 4.0x" in cpu.said or "grew 4.1x" in cpu.said, cpu.said
+    gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
+    assert judge_memory(LENGTHS, gate).quadratic  # not by growth: by the pair scores at 131
+    assert pair_bytes(131) < 25 * mib
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold", [150, 300, 500, 700, 776])
+def test_size_gates_across_the_stated_range_lose_at_nearly_every_seed(threshold, tmp_path):
+    """The README's range is seeded.DECODE_RANGE; a gate anywhere in it above the shortest length's band loses the
+    check at 19 seeds of 20 or more."""
+    low, high = seeded.DECODE_RANGE
+    assert low + low // 16 < threshold <= high + 8
+    sub = variant(tmp_path, gated(f"cache.max_len < {threshold}"))
+    lost = sum(not cost_check(sub, seed)[1].passed for seed in range(1, 21))
+    assert lost >= 19, lost

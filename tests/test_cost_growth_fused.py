@@ -1,0 +1,203 @@
+"""The fused and tiled memory rules judged by growth over three lengths drawn from the grade's seed (stages/growth.py),
+and an SDPA spy that changes nothing it watches (issue 41, items 1, 2 and 4): correct code grows near 2x per doubling
+and keeps its points, T x T code near 4x and loses them, and code that switches to the fused or tiled path only from
+some length on loses them at (almost) every seed, wherever the switch lies in the stated range."""
+import pytest
+from conftest import SOLUTIONS, grade
+from test_sandbox_policy import HAND_TILED
+
+from autograder.api import StudentAPI
+from autograder.child import seeded
+from autograder.sandbox.launchers import ForkServer
+from autograder.sandbox.runner import Worker
+from autograder.stages import fused, growth, tiled
+
+FUSED_START = "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
+HAND_FUSED = ("    T_q, T_k = q.shape[-2], k.shape[-2]\n"
+              "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+              "    if causal:\n"
+              "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
+              "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+              "    return scores.softmax(-1) @ v\n")
+LOWER_RIGHT = ("    from torch.nn.attention.bias import causal_lower_right\n\n"
+               "    p = dropout_p if training else 0.0\n"
+               "    mask = causal_lower_right(q.shape[-2], k.shape[-2]) if causal else None\n"
+               "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)\n")
+TILED_START, TILED_END = "    n_k, d_v = v.shape\n", "    return out\n"
+FUSED_GATES = (1100, 2048, 3000, 4096, 6000, 8000)  # switches across seeded.FUSED_RANGE
+TILED_GATES = (560, 1024, 2048, 3000, 4000)  # across seeded.TILED_RANGE
+
+
+def _fused_body(body: str) -> str:
+    src = (SOLUTIONS / "fused.py").read_text()
+    i, j = src.index(FUSED_START), src.index("    # END SOLUTION")
+    return src[:i] + body + src[j:]
+
+
+def _tiled_body(body: str) -> str:
+    src = (SOLUTIONS / "tiled.py").read_text()
+    i = src.index(TILED_START)
+    j = src.index(TILED_END, i) + len(TILED_END)
+    return src[:i] + body + src[j:]
+
+
+def _fused_gated(gate: int) -> str:
+    """Hand-written T x T attention that calls SDPA only from `gate` tokens on."""
+    return _fused_body(f"    if causal and q.shape[-2] == k.shape[-2] >= {gate}:\n"
+                       "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n" + HAND_FUSED)
+
+
+def _tiled_gated(gate: int) -> str:
+    """The whole n x n matrix below `gate` rows, the tiled loop from there on."""
+    src = (SOLUTIONS / "tiled.py").read_text()
+    i = src.index(TILED_START)
+    return src[:i] + f"    if n_q < {gate}:\n" + "".join("    " + line for line in HAND_TILED.splitlines(True)) + src[i:]
+
+
+def _submission(tmp_path, name: str, files: dict):
+    sub = tmp_path / name
+    sub.mkdir()
+    for f in SOLUTIONS.glob("*.py"):
+        (sub / f.name).write_text(files.get(f.name, f.read_text()))
+    return sub
+
+
+class _Measurer:
+    """The growth of one measured driver, as the stage judges it (growth.measure + growth.judge), for a submission."""
+
+    def __init__(self, sub, torch: bool) -> None:
+        self.server = ForkServer(torch=torch)
+        self.worker = Worker(sub, zygote=self.server)
+        self.api = StudentAPI(self.worker)
+
+    def growth(self, name: str, sizes, rest: tuple, seed: int, own, label: str = "T"):
+        runs = growth.measure(self.api, name, sizes, rest, seed)
+        return growth.judge(self.api, name, sizes, rest, seed, runs, own, label)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.server.close()
+
+
+def _fused_growth(m: _Measurer, seed: int, module: bool = False):
+    salt = fused.MODULE_SALT if module else 0
+    name = "module_fused_memory_run" if module else "fused_memory_run"
+    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), (fused.MEMORY_D,), seed,
+                    fused._own_bytes)
+
+
+def _tiled_growth(m: _Measurer, seed: int):
+    return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (tiled.MEMORY_D,
+                    tiled.MEMORY_BLOCK), seed, lambda n: 4 * n * tiled.MEMORY_D * 8, "n")
+
+
+def test_the_lengths_cover_the_range_and_a_correctness_check_shares_it():
+    for seed in range(50):
+        for low, high in (seeded.FUSED_RANGE, seeded.TILED_RANGE):
+            a, b, c = seeded.growth_sizes(low, high, seed)
+            assert low <= a < low * 17 // 16 and 2 * a <= b <= c // 2 and high * 3 // 4 <= c <= high
+            assert low <= seeded.checked_size(low, 2 * low, seed) <= 2 * low
+    assert len({seeded.growth_sizes(*seeded.FUSED_RANGE, s) for s in range(20)}) == 20  # no size to branch on
+
+
+def test_growth_judges_a_law_not_a_size():
+    """Linear memory (plus a constant) keeps the rule, quadratic memory and memory that falls break it."""
+    sizes, own = (1024, 3000, 7000), tuple(4 * n * 32 * 4 for n in (1024, 3000, 7000))
+    linear = growth.Growth(sizes, (2**20, 2**20, 2**20), own)
+    assert linear.broken() is None and all(1.2 < g < 2.2 for g in linear.per_doubling())
+    square = growth.Growth(sizes, tuple(3 * 4 * n * n for n in sizes), own)
+    assert square.broken() == 0 and "grew 3." in growth.verdict(square)
+    gated = growth.Growth(sizes, (3 * 4 * 1024**2, 0, 0), own)
+    assert gated.broken() == 0 and "fell from" in growth.verdict(gated)
+
+
+def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
+    """Found by a stranger: the spy compared a float mask with 0 and 1, which materialised a CausalBias as a T x T
+    tensor (386 MiB watched, 4.5 MiB not). The spy now records types, shapes and dtypes only: a correct call's
+    peak is the same watched or not, for is_causal and for torch's own causal_lower_right mask."""
+    sub = _submission(tmp_path, "lower-right", {"fused.py": _fused_body(LOWER_RIGHT)})
+    for folder in (SOLUTIONS, sub):
+        m = _Measurer(folder, torch=True)
+        try:
+            peaks = {watched: m.worker.measure("driver:fused_memory_run", 4096, 32, timeout=120, loads=("torch",),
+                                               seed=3, watched=watched)[1] for watched in (True, False)}
+        finally:
+            m.close()
+        assert abs(peaks[True] - peaks[False]) < 2**20, (folder.name, peaks)  # 4096^2 float32 would be 64 MiB
+
+
+def test_causal_lower_right_keeps_every_fused_point(tmp_path):
+    sub = _submission(tmp_path, "lower-right", {"fused.py": _fused_body(LOWER_RIGHT)})
+    st = grade(sub, stages=["fused"], seed=5).stages["fused"]
+    assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_fused_growth_of_correct_quadratic_and_gated_code(tmp_path, seed):
+    """Correct code keeps the rule, T x T code breaks it near 4x per doubling, and a switch to SDPA at a length
+    inside the range breaks it (the shortest length is always below the switch)."""
+    found = {}
+    for name, text in (("correct", None), ("square", _fused_body(HAND_FUSED)), ("gate3000", _fused_gated(3000))):
+        m = _Measurer(_submission(tmp_path, name, {"fused.py": text} if text else {}), torch=True)
+        try:
+            found[name] = _fused_growth(m, seed)
+        finally:
+            m.close()
+    g, why = found["correct"]
+    assert why is None and max(g.per_doubling()) < 2.6, growth.describe(g)
+    g, why = found["square"]
+    assert why and "raised peak memory by" in why and min(g.per_doubling()) > 3.0, growth.describe(g)
+    assert found["gate3000"][1], growth.describe(found["gate3000"][0])
+
+
+@pytest.mark.parametrize("seed", [0, 11])
+def test_tiled_growth_of_correct_untiled_and_gated_code(tmp_path, seed):
+    found = {}
+    for name, text in (("correct", None), ("square", _tiled_body(HAND_TILED)), ("gate2048", _tiled_gated(2048))):
+        m = _Measurer(_submission(tmp_path, name, {"tiled.py": text} if text else {}), torch=False)
+        try:
+            found[name] = _tiled_growth(m, seed)
+        finally:
+            m.close()
+    g, why = found["correct"]
+    assert why is None, growth.describe(g, "n")
+    g, why = found["square"]
+    assert why and min(g.per_doubling()) > 3.0, growth.describe(g, "n")
+    assert found["gate2048"][1], growth.describe(found["gate2048"][0], "n")
+
+
+def _gate_sweep(tmp_path, kind: str, gate: int, seeds=range(20)) -> list:
+    """The seeds at which a gated version keeps the rule (should be at most 1 of 20)."""
+    text = _fused_gated(gate) if kind == "fused" else _tiled_gated(gate)
+    m = _Measurer(_submission(tmp_path, f"{kind}{gate}", {f"{kind}.py": text}), torch=kind == "fused")
+    kept = []
+    try:
+        for seed in seeds:
+            g, why = _fused_growth(m, seed) if kind == "fused" else _tiled_growth(m, seed)
+            if why is None:
+                kept.append((seed, growth.describe(g)))
+    finally:
+        m.close()
+    return kept
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, gate", [("fused", g) for g in FUSED_GATES] + [("tiled", g) for g in TILED_GATES])
+def test_a_size_gate_anywhere_in_the_range_loses_at_19_of_20_seeds(tmp_path, kind, gate):
+    kept = _gate_sweep(tmp_path, kind, gate)
+    assert len(kept) <= 1, kept
+
+
+@pytest.mark.slow
+def test_correct_code_keeps_the_rules_at_20_seeds(tmp_path):
+    for kind, sub in (("fused", SOLUTIONS), ("tiled", SOLUTIONS)):
+        m = _Measurer(sub, torch=kind == "fused")
+        try:
+            for seed in range(20):
+                g, why = _fused_growth(m, seed) if kind == "fused" else _tiled_growth(m, seed)
+                assert why is None, (kind, seed, why)
+                if kind == "fused":
+                    g, why = _fused_growth(m, seed, module=True)
+                    assert why is None, (kind, "module", seed, why)
+        finally:
+            m.close()
