@@ -70,7 +70,7 @@ gradescope-local: $(VENV)/.student
 
 .PHONY: regrade
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [OUT=results-folder] [JOBS=n] [SECRET_FILE=path] [BONUS=apart|folded] [ITEM=name] [SAME_UID=1] [TRUST=1]
-	$(PY) -m autograder regrade $(DIR) $(if $(SECRET_FILE),--secret-file $(SECRET_FILE)) $(if $(ANONYMIZE),--anonymize) \
+	@$(PY) -m autograder regrade $(DIR) $(if $(SECRET_FILE),--secret-file $(SECRET_FILE)) $(if $(ANONYMIZE),--anonymize) \
 		$(if $(TRUST),--trust) $(if $(FORK_SERVER),--fork-server) $(if $(OUT),--out $(OUT)) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(BONUS),--bonus $(BONUS)) $(if $(SAME_UID),--same-uid) $(if $(ITEM),--item "$(ITEM)")
 

@@ -129,17 +129,32 @@ def _submit(args) -> int:
     return 0
 
 
+def _secret(path: str | None) -> str | None:
+    """The course secret from the file at `path`, else $ATTN_SECRET; BadInput's sentence where the file cannot
+    be read (a regrade must not fall back to the public inputs unasked)."""
+    from .instructor.regrade import BadInput
+
+    if not path:
+        return os.environ.get("ATTN_SECRET")
+    try:
+        return Path(path).read_text().strip()
+    except OSError as e:
+        raise BadInput(f"cannot read SECRET_FILE {path} ({e.strerror}): `make autograder` writes the course secret "
+                         "to dist/autograder.secret; name that file.") from e
+
+
 def _regrade(args) -> int:
-    from .instructor.regrade import Untrusted, regrade
+    from .instructor.regrade import BadInput, Untrusted, check_folder, regrade
     from .outcomes import plain
 
-    # the secret comes from a file or the environment, never the command line (any user can read another's argv)
-    secret = Path(args.secret_file).read_text().strip() if args.secret_file else os.environ.get("ATTN_SECRET")
     try:
+        check_folder(args.folder and Path(args.folder))  # before the secret file is read, or anything made
+        # the secret comes from a file or the environment, never the command line (any user can read another's argv)
+        secret = _secret(args.secret_file)
         out = regrade(Path(args.folder), args.out and Path(args.out), args.jobs, secret, args.seed, args.timeout,
                       anonymize=args.anonymize, trust=args.trust, fork_server=args.fork_server, bonus=args.bonus,
                       same_uid=args.same_uid, item=args.item)
-    except Untrusted as e:
+    except (Untrusted, BadInput) as e:
         print(f"error: {plain(str(e))}", file=sys.stderr)
         return 2
     print(plain(f"wrote {out / 'summary.csv'}, {out / 'grades.csv'} (one row per student; grades-canvas.csv and "
@@ -206,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--output", default="submission.zip")
     s.set_defaults(fn=_submit)
     r = sub.add_parser("regrade", help="grade every submission (folder or zip) in FOLDER, in parallel")
-    r.add_argument("folder")
+    r.add_argument("folder", nargs="?", help="the folder of submissions (make regrade DIR=...)")
     r.add_argument("--out", help="where to write summary.csv and the JSON files (default FOLDER-results)")
     r.add_argument("--jobs", type=int, help="submissions graded at once (default: the number of cores)")
     r.add_argument("--secret-file", help="a file holding the course secret: each hidden-check seed is derived from it "

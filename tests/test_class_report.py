@@ -209,7 +209,32 @@ def test_what_stopped_a_submission_is_one_line_per_cause_syntax_errors_included(
     assert class_report.troubles(judy) == ["masking, heads: raised SyntaxError: expected ':' (masking.py, line 19) at "
                                            "masking.py:19"]
     shares = class_report.shares_of([{"status": "passed"}, {"status": "failed"}, {"status": "blocked"}])
-    assert sum(int(v.split("(")[1].rstrip("%)")) for v in shares.values()) == 100 and shares["passed"].startswith("1 (")
+    assert [shares[st] for st in ("passed", "failed", "blocked")] == ["1 (33%)"] * 3  # the page says rows may add to 99%
+
+
+def test_the_same_share_reads_the_same_in_every_cell():
+    """Found by a stranger TA: 1 student of 8 read "13%" in one column and "12%" in another (the largest
+    remainder took the rounding); each cell is now rounded on its own, half up."""
+    eight = [{"status": st} for st in ["passed", "failed"] + ["blocked"] * 3 + ["not_started"] * 3]
+    assert class_report.shares_of(eight) == {"passed": "1 (13%)", "failed": "1 (13%)", "blocked": "3 (38%)",
+                                             "not_started": "3 (38%)"}
+    other = [{"status": st} for st in ["failed"] + ["passed"] * 7]  # the same 1 of 8 in another row
+    assert class_report.shares_of(other)["failed"] == "1 (13%)"
+    assert class_report.percent(1, 200) == 1 and class_report.percent(0, 0) == 0
+
+
+def test_the_page_says_how_the_regrade_ran():
+    """Issue 44: summary.csv's hidden_inputs and sandbox reach one paragraph of the page, with the fix where the
+    hidden inputs were the release's public ones; a results folder without them (Gradescope's) shows none."""
+    batch = class_report.Batch(run={"hidden_inputs": "the release's public inputs (seed 0)",
+                                    "sandbox": "the grader's own uid, namespaces between submissions (SAME_UID=1)"})
+    line = class_report.run_line(batch)
+    assert line.startswith("<p id='run'>") and line.count("</p>") == 1
+    assert "seed 0" in line and "SECRET_FILE=dist/autograder.secret" in line and "SAME_UID=1" in line
+    secret = class_report.Batch(run={"hidden_inputs": "course secret (a seed per submission, as on Gradescope)",
+                                     "sandbox": "a uid of their own each"})
+    assert "SECRET_FILE" not in class_report.run_line(secret) and "uid of their own" in class_report.run_line(secret)
+    assert class_report.run_line(class_report.Batch()) == ""
 
 
 def test_page_is_self_contained_with_plots(batch):

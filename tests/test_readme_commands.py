@@ -22,8 +22,9 @@ AS_RUN = {
     "make hint [STAGE=...]": "make hint",
     "make autograder [SECRET=...]": "make autograder SECRET=readme-test",
     "make gradescope-local SUBMISSION=PATH": "make gradescope-local SUBMISSION=solutions",
+    "make grade SUBMISSION=PATH": "make grade SUBMISSION=solutions",
     # the secret file the earlier `make autograder` wrote: the regrade draws the zip's hidden inputs
-    "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [TRUST=1]":
+    "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [BONUS=folded] [ITEM=name] [SAME_UID=1] [TRUST=1]":
         "make regrade DIR=batch OUT=graded JOBS=2 SECRET_FILE=dist/autograder.secret" + TRUST,
     "make regrade DIR=folder ANONYMIZE=1": "make regrade DIR=batch ANONYMIZE=1" + TRUST,
     "python -m autograder class-report RESULTS_DIR": "python -m autograder class-report batch-results",
@@ -99,7 +100,8 @@ def repo(tmp_path_factory):
 
 def test_every_readme_command_runs_as_written(repo):
     cmds = commands((ROOT / "README.md").read_text())
-    assert {"make grade", "make otter", "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [TRUST=1]",
+    assert {"make grade", "make otter", "make grade SUBMISSION=PATH",
+            "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [BONUS=folded] [ITEM=name] [SAME_UID=1] [TRUST=1]",
             "make gpu-check"} <= set(cmds)
     for written in cmds:
         if written in NOT_HERE:

@@ -343,5 +343,87 @@ def test_make_regrade_passes_bonus_item_and_same_uid_to_the_command(monkeypatch,
     assert '--bonus folded --same-uid --item "HW 3"' in made, made
     seen = {}
     monkeypatch.setattr(rg, "regrade", lambda folder, *a, **kw: seen.update(kw) or tmp_path)
-    assert main(["regrade", "x", "--bonus", "folded", "--same-uid", "--item", "HW 3"]) == 0
+    assert main(["regrade", str(tmp_path), "--bonus", "folded", "--same-uid", "--item", "HW 3"]) == 0
     assert (seen["bonus"], seen["same_uid"], seen["item"]) == ("folded", True, "HW 3")
+
+
+def test_regrade_without_a_folder_says_which_dir_to_give_and_creates_nothing(tmp_path, capsys):
+    """Found by a stranger TA: DIR naming no folder, or a zip, gave a traceback and left an empty results folder;
+    no DIR at all gave argparse's "folder required". Each is one sentence naming the fix, exit 2, nothing made."""
+    import subprocess
+
+    from conftest import ROOT
+
+    from autograder.cli import main
+
+    gone = tmp_path / "no-such-folder"
+    batch_zip = tmp_path / "batch.zip"
+    shutil.make_archive(str(tmp_path / "batch"), "zip", SOLUTIONS)
+    stray = tmp_path / "roster.txt"
+    stray.write_text("alice\n")
+    for argv, said in ((["regrade", str(gone)], f"there is no folder {gone}: set DIR="),
+                       (["regrade", str(batch_zip)], f"unzip {batch_zip} -d {tmp_path / 'batch'}) and run make regrade "
+                                                     f"DIR={tmp_path / 'batch'}, or grade that one submission with make "
+                                                     f"grade SUBMISSION={batch_zip}"),
+                       (["regrade", str(stray)], "is a file, not a folder: set DIR="),
+                       (["regrade"], "name it with DIR="),
+                       (["regrade", str(tmp_path), "--secret-file", str(gone)], "cannot read SECRET_FILE")):
+        before = set(tmp_path.iterdir())
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, (argv, err)
+        assert set(tmp_path.iterdir()) == before, argv  # no <name>-results folder
+    made = subprocess.run(["make", "-s", "regrade"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 2 and "DIR=" in made.stderr and "Traceback" not in made.stderr, made.stderr
+    assert "required" not in made.stderr
+
+
+def _one_row_batch(tmp_path):
+    batch = tmp_path / "batch"
+    (batch / "alice").mkdir(parents=True)  # no stage module: a row with its error, graded in no time
+    return batch
+
+
+def test_regrade_without_the_secret_says_the_inputs_are_public_and_records_it(tmp_path, capsys):
+    """Found by a stranger TA: without SECRET_FILE the hidden checks silently used seed 0, the inputs whose
+    answers the student release records. A line before grading says so and how to pass the secret; summary.csv
+    and the class report record where the inputs came from."""
+    from autograder.instructor.staff_text import read_csv
+
+    batch = _one_row_batch(tmp_path)
+    out = regrade(batch, jobs=1, trust=TRUST)
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if "no course secret" in line)
+    assert "public inputs (seed 0)" in warning and "SECRET_FILE=dist/autograder.secret" in warning
+    assert err.index("no course secret") < err.index("1/1")  # before any submission is graded
+    assert read_csv(out / "summary.csv")[0]["hidden_inputs"] == "the release's public inputs (seed 0)"
+    page = (out / "class-report.html").read_text()
+    assert "the release&#x27;s public inputs (seed 0)" in page and "SECRET_FILE=dist/autograder.secret" in page
+
+    out = regrade(batch, tmp_path / "secret", jobs=1, trust=TRUST, secret="s3cret")
+    assert "no course secret" not in capsys.readouterr().err
+    assert read_csv(out / "summary.csv")[0]["hidden_inputs"].startswith("course secret")
+    assert "SECRET_FILE" not in (out / "class-report.html").read_text()
+
+
+def test_a_regrade_that_went_on_with_same_uid_says_so_in_its_outputs(tmp_path, monkeypatch):
+    """Found by a stranger TA: after SAME_UID=1 nothing in the outputs said the submissions shared the grader's
+    uid. summary.csv's sandbox column and one line of the class report say it; with a uid each, they say that."""
+    import autograder.instructor.regrade as rg
+    from autograder.instructor.staff_text import read_csv
+
+    if not namespaces.available():
+        pytest.skip("without namespaces the refusal is the TRUST=1 one (test_platforms)")
+    batch = _one_row_batch(tmp_path)
+    own_uid = separate_user_possible()
+    monkeypatch.setattr(rg, "separate_user_possible", lambda: False)
+    out = regrade(batch, quiet=True, same_uid=True)
+    mode = read_csv(out / "summary.csv")[0]["sandbox"]
+    assert "grader's own uid" in mode and "SAME_UID=1" in mode, mode
+    run = (out / "class-report.html").read_text().split("<p id='run'>")[1].split("</p>")[0]
+    assert "SAME_UID=1" in run and "namespaces" in run, run
+    if not own_uid:
+        return  # the other half needs root with an interpreter other users can run
+    monkeypatch.setattr(rg, "separate_user_possible", lambda: True)
+    out = regrade(batch, tmp_path / "own", quiet=True, trust=True)
+    assert read_csv(out / "summary.csv")[0]["sandbox"] == "a uid of their own each"

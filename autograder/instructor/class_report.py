@@ -18,11 +18,11 @@ code: the students with their totals and points per stage (click a header to sor
 each submission's results and report; a histogram of the totals; per stage, the scores' histogram
 and the share passed / failed / blocked / not started; the diagnoses ranked by how many students
 made them, each with its stage, its explanation and the section to reread; which stages block how
-many students; and the submissions that crashed, hung or could not be read, with the reason. A
-section with nothing to show is left out. grades.csv is one row per student for an LMS import
-(student, total, the points of each stage, the submission counted); it keeps the real names, as
-summary.csv does, under --anonymize too.
-"""
+many students; how the regrade ran (summary.csv's hidden_inputs and sandbox: the release's public inputs
+without the course secret, the grader's own uid under SAME_UID=1); and the submissions that crashed, hung
+or could not be read, with the reason. A section with nothing to show is left out. grades.csv is one row
+per student for an LMS import (student, total, core, bonus, the points of each stage, the submission
+counted, error); it keeps the real names, as summary.csv does, under --anonymize too."""
 import argparse
 import base64
 import hashlib
@@ -71,6 +71,25 @@ class Batch:
     errors: dict[str, str] = field(default_factory=dict)  # entry -> why it could not be graded
     modified: dict[str, str] = field(default_factory=dict)  # entry -> when it was last changed (ISO 8601)
     pages: set[str] = field(default_factory=set)  # entries with a report page (ENTRY.html) beside their JSON
+    run: dict[str, str] = field(default_factory=dict)  # RUN_COLUMNS of summary.csv: how the regrade ran
+
+
+RUN_COLUMNS = {  # summary.csv's columns on how `make regrade` ran (the same in every row): the page's wording
+    "hidden_inputs": "Hidden checks' inputs: {}.",
+    "sandbox": "Submissions ran under {}.",
+}
+
+
+def run_line(batch: Batch) -> str:
+    """One paragraph on how the regrade ran (where the hidden inputs came from, what separated the
+    submissions), with the fix where the run was weaker than Gradescope's; empty without summary.csv."""
+    said = [RUN_COLUMNS[c].format(v) for c, v in batch.run.items()]
+    if not batch.run.get("hidden_inputs", "course secret").startswith("course secret"):
+        said.append("Hard-coded answers could pass them: regrade with SECRET_FILE=dist/autograder.secret.")
+    if "grader's own uid" in batch.run.get("sandbox", ""):
+        said.append("Nothing but namespaces kept one submission from another." if "namespaces between" in
+                    batch.run["sandbox"] else "Nothing kept one submission from another or from your account.")
+    return f"<p id='run'>{html.escape(' '.join(said))}</p>" if said else ""
 
 
 @dataclass
@@ -98,6 +117,7 @@ def load(results_dir: Path) -> Batch:
                 batch.errors[entry] = row["error"]
             if row.get("modified"):
                 batch.modified[entry] = row["modified"]
+            batch.run.update({c: row[c] for c in RUN_COLUMNS if row.get(c) and c not in batch.run})
     return batch
 
 
@@ -179,15 +199,17 @@ def seen_in(result: dict) -> dict[str, str]:
     return found
 
 
+def percent(count: int, of: int) -> int:
+    """`count` of `of` as a whole percent, half rounded up: the same count of the same class reads the same in
+    every cell (a stranger TA saw 1 of 8 as 13% in one column and 12% in another)."""
+    return (200 * count + of) // (2 * of) if of else 0
+
+
 def shares_of(rows: list[dict]) -> dict[str, str]:
-    """Each status's count of students and its share, whole percents that add up to 100 (the largest remainders
-    get the rounding: a stranger TA saw a row add up to 99%)."""
+    """Each status's count of students and its share (percent: each cell rounded on its own, so a row may add up
+    to 99% or 101%; the page says so)."""
     counts = {st: sum(x["status"] == st for x in rows) for st in STATUSES}
-    exact = {st: 100 * n / len(rows) for st, n in counts.items()}
-    whole = {st: int(e) for st, e in exact.items()}
-    for st in sorted(exact, key=lambda st: exact[st] - whole[st], reverse=True)[:100 - sum(whole.values())]:
-        whole[st] += 1
-    return {st: f"{counts[st]} ({whole[st]}%)" for st in STATUSES}
+    return {st: f"{counts[st]} ({percent(counts[st], len(rows))}%)" for st in STATUSES}
 
 
 UNLOADABLE = ("raised SyntaxError", "raised IndentationError", "raised TabError")  # a file that cannot even load
@@ -506,7 +528,7 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
            f"{len(batch.errors)} could not be graded."
            + (f" {merged} of the students handed in more than one submission (a zip and a folder of the same "
               "name): the higher total counts, of equal totals the one changed last." if merged else "")
-           + f"{' Names are pseudonyms.' if anonymize else ''}</p>"]
+           + f"{' Names are pseudonyms.' if anonymize else ''}</p>", run_line(batch)]
     out += students_table(who, batch, show, links=not anonymize)
     left = {name: failing(r) for name, r in counted.items()}
     if counted:
@@ -516,7 +538,9 @@ def build(batch: Batch, anonymize: bool = False) -> tuple[str, list[list[str]], 
         out.append(f"<figure><img id='totals' alt='totals' src='{totals_figure(totals, top)}'><figcaption>Totals "
                    f"of the {len(totals)} graded students (x: points, of {top:g}; y: students); mean {mean:.1f}"
                    "</figcaption></figure>")
-        out.append("<h2>Stages</h2><table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>mean</th>"
+        out.append("<h2>Stages</h2><p>Students per status, with their share of the class rounded to a whole "
+                   "percent, each on its own: a row may add up to 99% or 101%.</p>"
+                   "<table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>mean</th>"
                    + "".join(f"<th>{s.replace('_', ' ')}</th>" for s in STATUSES) + "</tr>")
         for s in STAGES:
             rows = [r["extra_data"]["stages"][s.name] for r in counted.values() if s.name in r["extra_data"]["stages"]]

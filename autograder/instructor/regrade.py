@@ -180,11 +180,57 @@ UNTRUSTED = ("make regrade runs other people's code, and on this machine nothing
              "(python -m autograder regrade --trust).")
 
 
+class BadInput(ValueError):
+    """DIR (or SECRET_FILE) does not name what regrade needs: a folder missing, a zip, another file, none given."""
+
+
+def check_folder(folder: Path | None) -> None:
+    """Raises BadInput (one sentence naming the fix) unless `folder` is a folder: before anything is created."""
+    if folder is None or str(folder) == "":
+        raise BadInput("make regrade needs the folder of submissions: name it with DIR= "
+                         "(make regrade DIR=path/to/folder; python -m autograder regrade FOLDER).")
+    folder = Path(folder)
+    if folder.suffix.lower() == ".zip" and folder.is_file():
+        raise BadInput(f"{folder} is a zip file and make regrade grades a folder of submissions: unzip it "
+                         f"(unzip {folder} -d {folder.with_suffix('')}) and run make regrade "
+                         f"DIR={folder.with_suffix('')}, or grade that one submission with make grade SUBMISSION={folder}.")
+    if folder.exists() and not folder.is_dir():
+        raise BadInput(f"{folder} is a file, not a folder: set DIR= to the folder that holds the submissions "
+                         "(one folder or zip each).")
+    if not folder.is_dir():
+        raise BadInput(f"there is no folder {folder}: set DIR= to the folder that holds the submissions "
+                         "(make regrade DIR=path/to/folder).")
+
+
+def hidden_inputs(secret: str | None, seed: int) -> tuple[str, str]:
+    """(where the hidden checks' inputs come from, for summary.csv and the class report; the line said before
+    grading, empty with a secret). Without the course secret every submission gets `seed`: 0 is the release's
+    own inputs, whose answers the student release records, so hard-coded answers could pass."""
+    if secret:
+        return "course secret (a seed per submission, as on Gradescope)", ""
+    source = ("the release's public inputs (seed 0)" if seed == 0
+              else f"seed {seed} for every submission (no course secret)")
+    return source, (f"no course secret: the hidden checks use {source}, whose answers a student could have "
+                    "hard-coded; to draw Gradescope's hidden inputs, pass the course secret: "
+                    "SECRET_FILE=dist/autograder.secret (python -m autograder regrade --secret-file PATH).")
+
+
+def sandbox_mode(same_uid: bool, trust: bool) -> str:
+    """What separated the submissions, for summary.csv and the class report: a uid of their own, or the
+    grader's uid (SAME_UID=1 or TRUST=1 let the regrade go on)."""
+    if separate_user_possible():
+        return "a uid of their own each"
+    if not namespaces.available():
+        return "the grader's own uid, no namespaces (TRUST=1)"
+    return f"the grader's own uid, namespaces between submissions ({'SAME_UID=1' if same_uid else 'TRUST=1'})"
+
+
 def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secret: str | None = None,
             seed: int = 0, timeout: float = 10.0, quiet: bool = False, anonymize: bool = False,
             trust: bool = False, fork_server: bool = False, bonus: str = DEFAULT_BONUS_POLICY,
             same_uid: bool = False, item: str = "") -> Path:
-    """Raises Untrusted before running anything where no boundary exists between the submissions and the
+    """Raises BadInput (check_folder) before creating anything where `folder` is not a folder. Raises
+    Untrusted before running anything where no boundary exists between the submissions and the
     instructor (no separate uid, no namespaces), unless `trust`. As root, every child is forked from a
     warm server (numpy and torch imported once; the numpy children's without torch) and runs under a uid of its
     own; where namespaces exist each server and its children are inside one set (no network, a file system that
@@ -194,6 +240,7 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     Where there are namespaces but no separate uid, raises Untrusted (why, and the fix) unless `same_uid` or
     `trust`. `bonus` (BONUS_POLICIES) is how the totals count the bonus stages, as in every channel's build;
     `item` names the grade item in the LMS files (class_report.LMS)."""
+    check_folder(folder)
     folder = Path(folder)
     assert bonus in BONUS_POLICIES, bonus
     if not trust and not separate_user_possible() and not namespaces.available():
@@ -211,6 +258,9 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     subs = entries(folder)
     jobs = jobs or os.cpu_count() or 1
     progress = Progress(len(subs), open(os.devnull, "w") if quiet else sys.stderr)
+    source, warning = hidden_inputs(secret, seed)
+    if warning:
+        progress.stream.write(warning + "\n")
     if others(folder):  # names the students chose: one printable line
         progress.stream.write(f"not submissions, left out: {one_line(', '.join(others(folder)))}\n")
     rows = {}
@@ -220,7 +270,7 @@ def regrade(folder: Path, out: Path | None = None, jobs: int | None = None, secr
     finally:
         for path, mode in locked.items():
             path.chmod(mode)
-    _write_csv(out, rows)
+    _write_csv(out, rows, {"hidden_inputs": source, "sandbox": sandbox_mode(same_uid, trust)})
     from .class_report import write
 
     write(out, anonymize=anonymize, item=item)  # class-report.html, grades*.csv, diagnoses.csv
@@ -289,20 +339,22 @@ def _modified(path: Path) -> str:
     return datetime.fromtimestamp(max(times), timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_csv(out: Path, rows: dict) -> None:
+def _write_csv(out: Path, rows: dict, run: dict[str, str]) -> None:
     """summary.csv: one row per submission (an entry of the batch), as graded: its total as the bonus policy
-    counts it, its core and bonus points, each stage's; every cell safe to open in a spreadsheet (staff_text).
-    grades.csv, written with the class report, has one row per student."""
+    counts it, its core and bonus points, each stage's, then `run`'s columns (the same in every row: where the
+    hidden inputs came from, what separated the submissions); every cell safe to open in a spreadsheet
+    (staff_text). grades.csv, written with the class report, has one row per student."""
     from .class_report import points
 
-    table = [["submission", "total", "core", "bonus", *[s.column for s in STAGES], "error", "modified"]]
+    table = [["submission", "total", "core", "bonus", *[s.column for s in STAGES], "error", "modified", *run]]
     for name in sorted(rows):
         r = rows[name]
         if r["results"] is None:
-            table.append([name, 0, 0, 0, *[0 for _ in STAGES], r["error"], r.get("modified", "")])
+            table.append([name, 0, 0, 0, *[0 for _ in STAGES], r["error"], r.get("modified", ""), *run.values()])
             continue
         total, core, bonus = points(r["results"])
         st = r["results"]["extra_data"]["stages"]  # numbers written as grades.csv writes them (83, 5.5)
         table.append([name, f"{total:g}", f"{core:g}", f"{bonus:g}",
-                      *[f"{st.get(s.name, {}).get('score', 0):g}" for s in STAGES], "", r.get("modified", "")])
+                      *[f"{st.get(s.name, {}).get('score', 0):g}" for s in STAGES], "", r.get("modified", ""),
+                      *run.values()])
     write_csv(out / "summary.csv", table)
