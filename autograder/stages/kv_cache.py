@@ -349,8 +349,9 @@ def judge_memory(lengths, run: DecodeRun) -> Verdict:
     lengths = list(lengths)
     growth = per_doubling(lengths, extra, pair_bytes(min(lengths)) / 4)
     at = ", ".join(f"{mib(e)} at {L}" for L, e in sorted(zip(lengths, extra)))
-    said = (f"your decode steps' added memory grew {growth:.1f}x each time the cache doubled ({at} cached positions, "
-            f"over the grader's own steps); linear is 2x, the scores of every pair 4x")
+    said = (f"the memory your decode steps added over the grader's own (linear) steps grew {growth:.1f}x each time "
+            f"the cache doubled ({at} cached positions): about 1x is nothing beyond linear, 2x a copy of the cache "
+            f"per step, 4x the scores of every pair")
     gated = [(L, e) for L, e in sorted(zip(lengths, extra)) if e >= pair_bytes(L)]
     if gated:
         L, e = gated[0]
@@ -376,8 +377,8 @@ def judge_cpu(lengths, run: DecodeRun) -> Verdict:
         return Verdict(s - b > CPU_OVER_S, said)
     growth = per_doubling(lengths, extra, CPU_FLOOR_S)
     at = ", ".join(f"{e * 1000:.0f} ms at {L}" for L, e in sorted(zip(lengths, extra)))
-    said = (f"their CPU time grew {growth:.1f}x each time the cache doubled ({at}, over the grader's own steps); "
-            "linear is 2x, every pair redone at each step 4x")
+    said = (f"the CPU time they took over the grader's own steps grew {growth:.1f}x each time the cache doubled "
+            f"({at}): about 1x is nothing beyond linear, 4x every pair redone at each step")
     slow = [(L, e) for L, e in sorted(zip(lengths, extra)) if e > CPU_OVER_S]
     if slow:  # the same work at every length (padded to look flat) grows like nothing, and is far above correct steps
         return Verdict(True, f"{said}. At {slow[0][0]} cached positions they took {slow[0][1]:.2f} s more than the "
