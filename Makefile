@@ -2,13 +2,14 @@
 BYTECODE := autograder attn_ref
 include student.mk  # the student's commands (grade, hint, submit, worked, watch, report), shipped as the release's Makefile
 
-.PHONY: setup exercises check-exercises readme test test-fast lint clean
+.PHONY: setup exercises check-exercises readme test test-fast sweep lint clean
 
 help: instructor-help
 instructor-help:
 	@echo "instructors:"
 	@echo "make setup                   the venv every instructor command and test needs (they run it themselves too)"
 	@echo "make test                    the project's own tests, after make lint (make test-fast: the quick tier)"
+	@echo "make sweep                   the cost rules' 20-seed sweeps (gates lose, correct code keeps): about an hour"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
@@ -42,12 +43,15 @@ readme: $(VENV)/.dev  ## README.md's generated parts: the stage table, the catal
 WORKERS ?= 4
 PYTEST   = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 test: $(VENV)/.instructor lint  ## every test: the parallel part on $(WORKERS) workers, then the serial ones
-	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial" tests
-	$(PYTEST) -m "serial" tests || test $$? -eq 5  # 5: no test marked serial
+	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial and not sweep" tests
+	$(PYTEST) -m "serial and not sweep" tests || test $$? -eq 5  # 5: no test marked serial
 
 test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (CONTRIBUTING.md)
-	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not slow and not serial" tests
-	$(PYTEST) -m "serial and not slow" tests || test $$? -eq 5  # 5: no such test, which is fine
+	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not slow and not serial and not sweep" tests
+	$(PYTEST) -m "serial and not slow and not sweep" tests || test $$? -eq 5  # 5: no such test, which is fine
+
+sweep: $(VENV)/.instructor  ## the cost rules over 20 seeds each: size gates lose, correct code keeps (about an hour)
+	$(PYTEST) -n $(WORKERS) --dist worksteal -m "sweep" -rA tests
 
 lint: $(VENV)/.dev  ## ruff, configured in ruff.toml
 	$(VENV)/bin/ruff check .

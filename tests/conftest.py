@@ -58,6 +58,8 @@ def pytest_configure(config) -> None:
                                        "left out of `make test-fast`")
     config.addinivalue_line("markers", "serial: needs the machine to itself (a CPU-limited cgroup, a latency "
                                        "figure); `make test` runs these after the others, one at a time")
+    config.addinivalue_line("markers", "sweep: a cost rule over 20 seeds (gates lose, correct code keeps): "
+                                       "`make sweep` only, about an hour")
 
 
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:
