@@ -35,6 +35,7 @@ CACHE_CHECK = ("        end = self.length + t\n        if end > self.max_len:\n"
 CACHE_EARLY = ("        end = self.length + t\n        self.length = end  # counted first\n        if end > self.max_len:\n"
                '            raise ValueError(f"KVCache.append: {end - t} + {t} positions exceed max_len={self.max_len}")\n'
                "        self.k[:, :, end - t : end] = k_new\n        self.v[:, :, end - t : end] = v_new\n")
+APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included"
 SOFTMAX = ("softmax",)
 MASKING = ("softmax", "scaling", "masking")
 
@@ -65,6 +66,19 @@ MUTANTS = (
            ("fused",), "return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed, dropout_p=p)", "attn_mask"),
     Mutant("fused-dropout-always", {"fused.py": [("    p = dropout_p if training else 0.0", "    p = dropout_p")]},
            ("fused",), "return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)", "fused-dropout-in-eval"),
+    # a stranger's misses, now on their line: a call's result dropped (not the correct `attend` it reaches), a
+    # length counted by one, a softmax over the queries of a symmetric matrix (not "a transpose"), a standard
+    # deviation where the variance belongs (a returned float)
+    Mutant("cache-append-result-dropped", {"module.py": [(APPEND, "            cache.append(k, v)")]},
+           ("kv_cache",), "cache.append(k, v)", "is not kept"),
+    Mutant("cache-length-counts-one", {"kv_cache.py": [("        self.length = end\n", "        self.length += 1\n")]},
+           ("kv_cache",), "self.length += 1", "inferred-cache-contents"),
+    Mutant("self-attention-softmax-over-queries", {"scores.py": [("softmax(dot_scores(x), axis=-1)",
+                                                                  "softmax(dot_scores(x), axis=0)")]},
+           ("softmax", "dot_products"), "weights = softmax(dot_scores(x), axis=0)  # [n, n], each row sums to 1",
+           "normalised over axis 0"),
+    Mutant("variance-as-std", {"scaling.py": [("return float(np.var(dots))", "return float(np.std(dots))")]},
+           ("scaling",), "return float(np.std(dots))", "a standard deviation where the variance belongs"),
 )
 
 # measured, not yet on their line (the fix changes the def line, a length update, a running maximum's start): each
@@ -109,6 +123,37 @@ def test_the_next_step_points_at_the_line_the_fix_changes_and_names_it(tmp_path,
     if words:  # the words are tied to the pointed line, and shown in the next step unless a catalogued name is
         assert words.startswith(f"line {loc.line}: ")
         assert words in res.next_step or res.stages[m.stages[-1]].diagnoses
+
+
+def test_a_length_off_leads_with_the_lengths_and_claims_nothing_per_append(tmp_path):
+    """append's results are read back after the last append (views show later writes): no per-append verdicts."""
+    res, _, _ = graded(tmp_path, next(m for m in MUTANTS if m.id == "cache-length-counts-one"))
+    first = next(r for r in res.stages["kv_cache"].checks if not r.passed)
+    assert "`length` read [0, 1, 2, 3] after each append (expected [0, 3, 4, 6])" in first.message, first.message
+    assert "[False" not in first.message and "inferred-" not in res.next_step, res.next_step
+
+
+def test_a_kept_result_is_not_called_dropped(tmp_path):
+    """Precision: the cache's result is assigned, the mistake is in the `attend` it reaches: pointed there."""
+    sub = variant(tmp_path, {"module.py": [(ATTEND_FILL, ATTEND_FILL.replace("~allowed", "allowed"))]})
+    res = grade(sub, stages=["kv_cache"])
+    loc = res.located.get("kv_cache")
+    assert loc is not None and loc.function == "attend", res.next_step
+    assert "is not kept" not in claimed(res, loc)
+
+
+def test_a_variance_from_other_draws_is_not_blamed_on_the_draws(tmp_path):
+    """q and k drawn in one call (another correct way): only the returned standard deviation is named."""
+    draws = ("    q = rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]\n"
+             "    k = rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]\n")
+    sub = variant(tmp_path, {"scaling.py": [(draws, "    q, k = rng.standard_normal((2, n_pairs, d_k))\n"),
+                                            ("return float(np.var(dots))", "return float(np.std(dots))")]})
+    res = grade(sub, stages=["scaling"])
+    loc = res.located.get("scaling")
+    text = (sub / loc.file).read_text().splitlines()[loc.line - 1].strip() if loc else ""
+    assert "standard_normal" not in text, res.next_step
+    assert claimed(res, loc) in ("", f"line {loc.line}: your `returned value` is the square root of the reference's "
+                                     "variance (a standard deviation where the variance belongs)"), claimed(res, loc)
 
 
 @pytest.mark.slow

@@ -123,7 +123,8 @@ def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, refill, *, pkg):
             break
         written += k_new.shape[-2]
         report["lengths"].append(int(c.length))
-        report["returned"].append([k_all, v_all])
+        # as returned at this append: views of the cache would show what later appends write there
+        report["returned"].append([t.clone() if isinstance(t, torch.Tensor) else t for t in (k_all, v_all)])
     report["buffers"] = [getattr(c, "k", None), getattr(c, "v", None)]  # what the preallocated k, v hold now
     return report
 

@@ -3,10 +3,14 @@
 `run(fn, sub_dir)` calls `fn()` under `sys.settrace` and records, for every line executed in a file of
 the submission, each array or tensor that the line created or changed: a local variable bound to a new
 object or whose contents changed, an attribute of `self` (a buffer made in `__init__`, a cache's rows
-written in place), and a function's return value (each part of a returned tuple). The parent compares
+written in place), and a function's return value (each part of a returned tuple; a returned float too). The parent compares
 them with the reference's intermediate values (autograder/feedback/steps.py) to find the line where the
 values part ways. Only the small probe inputs are traced, and everything kept is capped, so the cost
 stays small; nothing recorded here decides a point.
+
+The arrays a call from the submission's own code was handed are recorded too (`argument`: compared, never
+judged), and a returned value says which of the submission's lines it went back to (`caller`: file, function,
+line), so that a result a line drops (`cache.append(k, v)` not assigned) shows.
 
 A record of a line that wrote into an array the caller passed in (the outermost call's arguments) says so
 (`mutated`), and each `F.scaled_dot_product_attention` call made while tracing is recorded at the student's line
@@ -52,6 +56,15 @@ def _plain(value):
     return a.copy(), corner
 
 
+def _scalar(value):
+    """(a 0-d float64 array, False) of a float a function returns (score_variance's estimate), else None."""
+    np = sys.modules.get("numpy")  # loaded by now wherever a submission computes a float worth comparing
+    if np is not None and (isinstance(value, float) or (type(value).__module__ == "numpy"
+                                                         and type(value).__name__.startswith("float"))):
+        return np.array(float(value), dtype=np.float64), False
+    return None
+
+
 def _key(a) -> tuple:
     """What tells one recorded value from the next: shape, dtype and contents (a change in place shows)."""
     return a.shape, a.dtype.str, a.tobytes()
@@ -90,6 +103,11 @@ class Recorder:
                           and _plain(v) is not None}
         self.depth += 1
         self._note(frame, frame.f_lineno, initial=True)  # the arguments: known, never a line's doing
+        if self.depth > 1:  # what a call from the submission was handed: kept apart (`argument`), never judged
+            code = frame.f_code
+            for n in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+                if n != "self" and n in frame.f_locals:
+                    self._add(frame, frame.f_lineno, n, frame.f_locals[n], argument=True)
         return self.on_line
 
     def on_line(self, frame, event, arg):
@@ -102,9 +120,12 @@ class Recorder:
             self._note(frame, line)
             if arg is not None:
                 parts = arg if isinstance(arg, tuple) else (arg,)
+                back = frame.f_back  # the submission's line the value is handed back to, if any
+                caller = None if back is None or self._file(back.f_code.co_filename) is None else \
+                    [self._file(back.f_code.co_filename), back.f_code.co_name, int(back.f_lineno)]
                 for i, part in enumerate(parts[:8]):
                     self._add(frame, line, "return" if len(parts) == 1 and not isinstance(arg, tuple)
-                              else f"return[{i}]", part)
+                              else f"return[{i}]", part, caller=caller)
             self.seen.pop(fid, None)
             self.last_line.pop(fid, None)
             self.depth -= 1
@@ -139,8 +160,9 @@ class Recorder:
             if not initial:
                 self._add(frame, line, name, value, found, mutated=written)
 
-    def _add(self, frame, line: int, name: str, value, found=None, mutated: bool = False) -> None:
-        found = found or _plain(value)
+    def _add(self, frame, line: int, name: str, value, found=None, mutated: bool = False, argument: bool = False,
+             caller: list | None = None) -> None:
+        found = found or _plain(value) or (_scalar(value) if name.startswith("return") else None)
         if found is None or self.full:
             return
         place = (id(frame.f_code), line, name)
@@ -151,7 +173,8 @@ class Recorder:
         self.records.append({"file": self._file(code.co_filename), "function": code.co_name,
                              "qualname": getattr(code, "co_qualname", code.co_name), "line": int(line),
                              "name": name, "value": found[0], "corner": found[1],
-                             **({"mutated": self.outer[id(value)]} if mutated else {})})
+                             **({"mutated": self.outer[id(value)]} if mutated else {}),
+                             **({"argument": True} if argument else {}), **({"caller": caller} if caller else {})})
         self.full = len(self.records) >= MAX_RECORDS
 
     def sdpa(self, args: tuple, kwargs: dict) -> None:

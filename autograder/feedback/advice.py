@@ -4,6 +4,7 @@ the next step."""
 from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
+from .inference import INFERRED_IDS
 from .sources import def_line, first_stub, rel
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
@@ -97,7 +98,8 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             m = CATALOGUE[sr.diagnoses[0]]
             where = loc_text(res, loc) if loc else \
                 "at " + (def_line(res.submission, m.where) if m.where else _where(res, s, first, stub))
-            return f"fix {head} {where}: {m.id}, {m.explanation}. Reread {m.reread}."
+            named = "" if m.id in INFERRED_IDS else f"{m.id}, "  # an inferred id is the kit's tag: the words alone
+            return f"fix {head} {where}: {named}{m.explanation}. Reread {m.reread}."
         if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value
             what = (f"your code raises {first.error.get('type')} ({plain(str(first.error.get('message', '')))[:160]})"
                     if first.error else parting_words(loc) or "that function's own output is wrong")

@@ -109,8 +109,8 @@ def normalisation(got, want):
                     f"{'the queries' if ax == g.ndim - 2 else 'a batch axis'}), while the rows over the keys sum "
                     f"to {rows}")
     if _close(g.sum(axis=(-2, -1)), 1.0, 1e-5):
-        return ("inferred-normalised-everything", f"the whole [{g.shape[-2]}, {g.shape[-1]}] matrix sums to 1, "
-                f"its rows to {rows}")
+        return ("inferred-normalised-everything", f"on [{g.shape[-2]}, {g.shape[-1]}] scores, all the weights "
+                f"together sum to 1, while each row should: the rows sum to {rows}")
     return None
 
 

@@ -112,10 +112,15 @@ def follow_values(api, ref, p: Probe, passed: set[tuple[str, str]]):
     # a function whose own probe passed is followed no further than the value it hands back (its file too,
     # when that is not the probed function's: a passing cache's constructor is not the module's mistake)
     files = {file for file, _ in passed} - {p.file}
-    records = [r for r in trace if isinstance(r, dict) and isinstance(r.get("file"), str)
-               and (r["file"], r.get("function")) not in passed and r["file"] not in files
-               and isinstance(r.get("value"), np.ndarray)]
-    return first_parting(records, want, p) if records else (None, None, None, [])
+    trace = [{**r, "value": np.asarray(r["value"], dtype=np.float64)} if isinstance(r, dict)
+             and type(r.get("value")) in (float, np.float64) else r for r in trace]  # a returned float, as sent
+    arrays = [{**r, "seq": i} for i, r in enumerate(trace) if isinstance(r, dict) and isinstance(r.get("file"), str)
+              and isinstance(r.get("value"), np.ndarray)]
+    records = [r for r in arrays if (r["file"], r.get("function")) not in passed and r["file"] not in files
+               and not r.get("argument")]
+    # what calls were handed, and what a passing function handed back: evidence of a result dropped, never judged
+    around = [r for r in arrays if r.get("argument") or r.get("caller")]
+    return first_parting(records, want, p, around) if records else (None, None, None, [])
 
 
 def _mutation(api, p: Probe, passed: set[tuple[str, str]]) -> Located | None:
@@ -202,7 +207,38 @@ def _holds_another(name: str | None, label: str, want: list[tuple[str, np.ndarra
     return name in names and label.split("'")[0] in names - {name}
 
 
-def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe):
+def dropped_result(r: dict, records: list[dict], around: list[dict], want) -> dict | None:
+    """The step (as first_parting's) of a right value a call handed back to a line that kept nothing, when the
+    parting record `r` lies in a later call that was handed something else of its kind: `cache.append(k, v)`
+    whose result, the cached keys so far, never reaches `attend(q, k, v)`."""
+    entry = max((a["seq"] for a in around if a.get("argument") and a["seq"] < r["seq"]
+                 and a.get("qualname") == r.get("qualname")), default=None)
+    if entry is None:
+        return None
+    args, handed, i = {a["seq"]: a for a in around if a.get("argument")}, [], entry
+    while i in args and args[i].get("qualname") == r.get("qualname"):  # the arguments of the call holding r
+        handed.append(args[i])
+        i -= 1
+    bound = {(x["file"], x.get("function"), x["line"]) for x in records}  # every line that bound a value
+    later = records + list(args.values())  # what a line bound, or a call was handed, after h: h was kept
+    for h in reversed([a for a in around if a.get("caller") and a["seq"] < entry]):
+        file, function, line = h["caller"]
+        verdict, label = _judge(h, want)
+        if verdict != "right" or (file, function, line) in bound or (file, function) == (r["file"], r.get("function")):
+            continue
+        kin = [a for a in handed if np.ndim(a["value"]) == np.ndim(h["value"])]  # arrays of its rank
+        if kin and not any(_equal(a["value"], h["value"]) for a in handed) \
+                and not any(h["seq"] < x["seq"] < r["seq"] and _equal(x["value"], h["value"]) for x in later):
+            callee = str(h.get("function"))
+            return {"label": label, "line": int(line), "file": file, "function": function, "name": "(not kept)",
+                    "verdict": "wrong", "got": None, "want": _small(h["value"]),
+                    "relation": f"line {int(line)}: the value `{callee}` returns here ({label.removeprefix('the ')}) "
+                                f"is not kept: no variable takes it, so `{r.get('function')}` later works on "
+                                "what was there before"}
+    return None
+
+
+def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe, around: list[dict] = ()):
     """The line of the first record whose value has an intermediate's shape but not its contents, or, where
     records of no intermediate's shape come between it and the last right one, the first line after that."""
     final = want[-1][0]
@@ -236,6 +272,11 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
                 at = i
                 break
     r, verdict, label = judged[at]
+    if (label or "").endswith(steps.DRAWN):  # random draws made another (correct) way: nothing to compare with
+        return None
+    dropped = dropped_result(r, records, list(around), want) if verdict == "wrong" and "seq" in r else None
+    if dropped is not None:
+        return dropped["file"], dropped["function"], dropped["line"], [dropped]
     named = _named(r, verdict, label, want) if verdict in ("wrong", "skipped") else None
     if named:
         label = named[0]
@@ -272,6 +313,8 @@ def _small(a) -> list | None:
     if a is None:
         return None
     a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:  # a returned float
+        return [round(float(a), 4)]
     while a.ndim > 2:
         a = a[0]
     a = a[:8, :8] if a.ndim == 2 else a[:8]

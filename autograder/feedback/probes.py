@@ -172,8 +172,14 @@ def cache_lengths(got, want, ref):
         return (None, f"appending chunks of 3, 1 and 2 positions to an empty cache of max_len 6, `length` read "
                 f"{lengths} as it should, but append handed back k, v of {got['sizes']} positions: it must return "
                 "the filled prefix k[:, :, :length], v[:, :, :length], its own new positions included", r"return\b")
+    if lengths != [0, 3, 4, 6]:  # the count itself is off: that is the evidence (what append returns follows it)
+        return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` "
+                f"read {lengths} after each append (expected [0, 3, 4, 6]): it must grow by the t positions each "
+                "append writes, and the next write starts where the last one ended", r"\blength\s*(\+=|=(?!=))")
+    # (append's results are read back after the last append: a view of the buffers shows later writes too, so
+    # no claim per append)
     return ("inferred-cache-contents", f"appending chunks of 3, 1 and 2 positions to an empty cache, `length` read "
-            f"{lengths} (expected [0, 3, 4, 6]) and the filled part returned equalled what was appended: {ok}")
+            f"{lengths} as it should, but the filled part append returned did not equal what was appended")
 
 
 def decode_prime(ref) -> None:
@@ -223,4 +229,27 @@ def _fused(t_q: int, t_k: int, causal: bool, dropout_p: float = 0.0, training: b
                  expected=lambda r: r.fused_attention(q, k, v, causal), judge=sdpa_call(causal, dropout_p, training))
 
 
-EXTRA = {"fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False))}
+def variance_near_theory(d_k: int, n_pairs: int) -> Callable:
+    """Judge of a score_variance answer against theory (d_k unscaled), not the reference's draws: a correct
+    estimate made from other draws is never called wrong. Five standard errors: var((q.k)^2) = 2 d_k^2 + 6 d_k."""
+    def judge(got, want, ref):
+        try:
+            g = float(got)
+        except (TypeError, ValueError):
+            return None, f"score_variance({d_k}, {n_pairs}) returned {type(got).__name__}, expected a float"
+        se = ((2 * d_k ** 2 + 6 * d_k) / n_pairs) ** 0.5
+        return None if abs(g - d_k) <= 5 * se else \
+            (None, f"score_variance({d_k}, {n_pairs}) = {g:.4g}; theory says {d_k} (+- {5 * se:.2g})")
+    return judge
+
+
+def _variance(d_k: int, n_pairs: int, seed: int):
+    from ..records import Probe
+
+    return Probe(name="score_variance", file="scaling.py", function="score_variance", stage="scaling",
+                 args=(d_k, n_pairs, seed, False), expected=lambda r: r.score_variance(d_k, n_pairs, seed, False),
+                 judge=variance_near_theory(d_k, n_pairs))
+
+
+EXTRA = {"fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
+         "scaling": (_variance(16, 256, 3),)}

@@ -4,9 +4,9 @@ At the first line where the student's values part from the reference's (localise
 value is compared with each step of the same computation changed in one way: a mask inverted, shifted by one
 diagonal, aligned top-left or transposed; a step left out (no mask, no scale); a reduction (a maximum, a sum, a
 softmax) taken over another axis; another step where this one belongs (an operand swapped); the axes permuted;
-a constant factor (sqrt(d_k), d_k, n); a float16 rounding. The first change that reproduces the student's value
-exactly (within the matching tolerance) is named; when none does, nothing is (never a guess). Pure numpy on
-the steps (feedback/steps.py), so it runs in the parent and the student repo alike.
+a constant factor (sqrt(d_k), d_k, n); a square root or a square; a float16 rounding. The first change that
+reproduces the student's value exactly (within the matching tolerance) is named; when none does, nothing is
+(never a guess). Pure numpy on the steps (feedback/steps.py), so it runs in the parent and the student repo alike.
 """
 import math
 from typing import Iterator
@@ -17,7 +17,7 @@ from .inference import rearranged
 
 Steps = list[tuple[str, np.ndarray]]
 MASK = "the mask (True = may attend)"
-SCORES = ("the masked scores", "the scaled scores q k^T / sqrt(d_k)", "the scores")
+SCORES = ("the masked scores", "the scaled scores q k^T / sqrt(d_k)", "the scores", "x x^T")  # what a softmax takes
 BARE = {"q", "k", "v"}  # steps named as a variable is: one holding another is an operand swapped
 REDUCTIONS = {"the row maxima": np.max, "the row sums": np.sum}
 
@@ -207,6 +207,21 @@ def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None
     return None
 
 
+def power_relation(g: np.ndarray, want: np.ndarray, label: str) -> str | None:
+    """The square root or the square of the right value: a standard deviation where a variance belongs."""
+    if g.shape != want.shape or not np.all(np.isfinite(want)) or np.any(want < 0) or _eq(g, want) \
+            or np.all(np.isin(want, (0.0, 1.0))):
+        return None
+    what = label.removeprefix("the ")
+    if _eq(g, np.sqrt(want)):
+        return f"the square root of the reference's {what}" + \
+            (" (a standard deviation where the variance belongs)" if "variance" in label else "")
+    if _eq(g, want ** 2):
+        return f"the square of the reference's {what}" + \
+            (" (the variance where a standard deviation belongs)" if "deviation" in label else "")
+    return None
+
+
 def dtype_relation(g: np.ndarray, want: np.ndarray) -> str | None:
     if g.shape != want.shape or not np.all(np.isfinite(g)) or np.array_equal(g, want):
         return None
@@ -222,7 +237,7 @@ def relation(value: np.ndarray, labels: list[str], steps: Steps) -> tuple[str, s
     readings = (lambda lb: mask_relation(g, lb, steps), lambda lb: reduction_relation(g, lb, steps),
                 lambda lb: skipped_relation(g, lb, steps), lambda lb: operand_relation(g, lb, steps),
                 lambda lb: axes_relation(g, _step(steps, lb)), lambda lb: factor_relation(g, _step(steps, lb), steps),
-                lambda lb: dtype_relation(g, _step(steps, lb)))
+                lambda lb: power_relation(g, _step(steps, lb), lb), lambda lb: dtype_relation(g, _step(steps, lb)))
     for read in readings:
         for label in labels:
             try:
@@ -237,6 +252,8 @@ def relation(value: np.ndarray, labels: list[str], steps: Steps) -> tuple[str, s
 def in_words(line: int, name: str, label: str, words: str) -> str:
     """'line 14: your `weights` equal the reference's weights with the mask inverted (...)'"""
     shown = "returned value" + name[len("return"):] if name.startswith("return") else name
+    if words.startswith("the square"):
+        return f"line {line}: your `{shown}` is {words}"
     if words.startswith(("holds ", "writes ")):
         return f"line {line}: your `{shown}` {words}"
     return f"line {line}: your `{shown}` equals the reference's {label.removeprefix('the ')} {words}"

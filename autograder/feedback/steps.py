@@ -165,10 +165,22 @@ def project_qkv(ref, x, w_q, w_k, w_v):
     return [("q", np.asarray(q, dtype=F64)), ("k", np.asarray(k, dtype=F64)), ("v", np.asarray(v, dtype=F64))]
 
 
+DRAWN = " (drawn from the seed)"  # a step a correct estimate may draw otherwise: parting there is no claim
+
+
+def score_variance(ref, d_k, n_pairs, seed, scaled):
+    """The docstring's way: q, then k, [n_pairs, d_k] from default_rng(seed); the row-wise dot products."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((n_pairs, d_k)), rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]
+    dots = np.sum(q * k, axis=-1) / (np.sqrt(d_k) if scaled else 1.0)  # [n_pairs]
+    return [("q" + DRAWN, q), ("k" + DRAWN, k), ("the dot products q . k" + (" / sqrt(d_k)" if scaled else ""), dots),
+            ("the variance", np.asarray(ref.score_variance(d_k, n_pairs, seed, scaled), dtype=F64))]
+
+
 # the probe's name -> its steps (ref, *probe args)
 STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
                                  merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
-                                 simple_self_attention, project_qkv)}
+                                 simple_self_attention, project_qkv, score_variance)}
 
 
 def steps_for(ref, name: str, args: tuple) -> list[tuple[str, np.ndarray]] | None:
