@@ -1,4 +1,4 @@
-"""Every command in the README's tables (and the student README's), run as written from a copy of the
+"""Every command in the README's and docs/instructors.md's tables (and the student README's), run as written from a copy of the
 repo: the copy has this checkout's tracked and new files and shares its .venv (set up by `make test`)."""
 import os
 import re
@@ -99,7 +99,7 @@ def repo(tmp_path_factory):
 
 
 def test_every_readme_command_runs_as_written(repo):
-    cmds = commands((ROOT / "README.md").read_text())
+    cmds = commands((ROOT / "README.md").read_text() + (ROOT / "docs" / "instructors.md").read_text())
     assert {"make grade", "make otter", "make grade SUBMISSION=PATH",
             "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [BONUS=folded] [ITEM=name] [SAME_UID=1] [TRUST=1]",
             "make gpu-check"} <= set(cmds)

@@ -141,7 +141,7 @@ def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, sta
     st = res.stages["kv_cache"]
     checks = {r.check.name: r for r in st.checks}
     cost = checks["decode_step_cost_linear"]
-    assert not cost.passed and "raised peak memory by" in cost.message, cost.message
+    assert not cost.passed and "each time the cache doubled" in cost.message, cost.message
     assert cost.diagnosis == "cache-quadratic-step"
     honest = st.max_score - cost.check.points  # the unforged step's outputs are right: it loses only the cost check
     assert st.score == honest if not forged else st.score <= honest
@@ -159,7 +159,7 @@ def test_decode_cost_holds_in_a_grown_grader(tmp_path):
         edits[e.file].append((e.old, e.new))
     cost = {r.check.name: r for r in grade(variant(tmp_path / "q", edits), stages=["kv_cache"])
             .stages["kv_cache"].checks}["decode_step_cost_linear"]
-    assert not cost.passed and "raised peak memory by" in cost.message, cost.message
+    assert not cost.passed and "each time the cache doubled" in cost.message, cost.message
     ok = {r.check.name: r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks}
     assert ok["decode_step_cost_linear"].passed, ok["decode_step_cost_linear"].message
     assert ballast[-1] == 1.0
@@ -577,3 +577,140 @@ def test_a_child_tells_the_submission_nothing_of_what_kind_it_is_nor_leads_to_th
         ("import numpy as np\n", "import typing\n\nimport numpy as np\n"), (SOFTMAX_BODY, patch + rewrite)]}),
         stages=["softmax"])
     assert forger.stages["softmax"].score <= twin.stages["softmax"].score < 12
+
+
+# file-system metadata through another spelling of `os`, each against the grader's folders: the child folder on the
+# import path (listable before issue 41), the root, the interpreter; `import os` is their twin
+METADATA = {
+    "listdir": f"{MODULES}['os'].listdir({MODULES}['sys'].path[0])",
+    "scandir": f"list({MODULES}['os'].scandir('/'))",
+    "stat": f"{MODULES}['os'].stat({MODULES}['sys'].executable)",
+}
+
+
+def _with_line(tmp_path, line: str, at_import: bool):
+    """The solutions, with `line` run when softmax.py loads (at_import) or inside softmax."""
+    edits = [("import numpy as np\n", "import typing\n\nimport numpy as np\n" + (f"\n{line}\n" if at_import else ""))]
+    if not at_import:
+        edits.append((SOFTMAX_BODY, f"    {line}\n" + SOFTMAX_BODY))
+    return variant(tmp_path, {"softmax.py": edits})
+
+
+@pytest.mark.parametrize("at_import", [True, False], ids=["at import", "at call time"])
+@pytest.mark.parametrize("name", ["listdir", "scandir", "stat"])
+def test_file_system_metadata_through_any_spelling_is_refused_like_its_import_os_twin(name, at_import, tmp_path,
+                                                                                      monkeypatch):
+    """Issue 41: `typing.sys.modules['os'].listdir(...)` at import listed the grader's folders and kept 12/12, where
+    `import os` is refused; os.stat has no audit event at all. Listing and inspecting files outside the submission
+    is refused with the rule by the run-time guard alone (the static check off), at import and at call time, and
+    the stage loses what its `import os` twin loses."""
+    twin = grade(_with_line(tmp_path / "twin", "import os", at_import), stages=["softmax"]).stages["softmax"]
+    monkeypatch.setenv("ATTN_STATIC_CHECK", "off")
+    sm = grade(_with_line(tmp_path / "sub", METADATA[name], at_import), stages=["softmax"]).stages["softmax"]
+    messages = [r.message for r in sm.checks if not r.passed]
+    assert sm.score == twin.score == 0, (sm.score, twin.score, messages[:2])
+    assert any(f"refused at run time: os.{name}(" in m and "may not open, list or inspect files" in m
+               for m in messages), messages[:2]
+
+
+# what a submission might try to learn past the refusals: a library's answer on its behalf (os.path.exists swallows
+# the refusal: it must answer as for a missing file), the hook's own event raised by hand, and the real os.stat
+# looked for wherever a reference to it was kept (os's supports_* sets, the native module, the stand-in's globals)
+LEARN = (f"    _m = {MODULES}\n    _os = _m['os']\n    _seen = []\n"
+         "    _seen.append(_os.path.exists(_m['sys'].executable))\n"
+         "    _seen.append(_os.path.isdir('/'))\n"
+         "    _fns = [f for s in (_os.supports_follow_symlinks, _os.supports_fd, _os.supports_dir_fd) for f in s]\n"
+         "    _fns += [_m['posix'].stat, _m['posix'].lstat, _os.lstat]\n"
+         "    _fns += list(getattr(_os.stat, '__glob' + 'als__').values())\n"
+         "    for _f in _fns:\n"
+         "        if getattr(_f, '__name__', '') in ('stat', 'lstat'):\n"
+         "            try:\n                _seen.append(_f('/').st_mode)\n"
+         "            except OSError as e:\n                _seen.append(type(e).__name__)\n"
+         "    _box = []\n"
+         "    try:\n        _m['sys'].audit('attn.metadata', 'stat', ('/',), {}, _box)\n"
+         "    except OSError as e:\n        _seen.append(type(e).__name__)\n"
+         "    _seen.append(len(_box))\n"
+         "    raise ValueError('learned ' + repr(_seen))\n")
+
+
+def test_what_a_library_answers_on_the_submissions_behalf_tells_it_nothing(tmp_path, static_check_off):
+    """The stand-ins that give os.stat and its kin an audit event hold nothing but sys.audit: every route to the
+    real functions a submission can reach leads to a stand-in, refused outside its folder, and os.path.exists
+    answers as for a missing file."""
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, LEARN + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    message = next(r.message for r in sm.checks if "learned" in r.message)
+    seen = __import__("ast").literal_eval(message.split("learned ", 1)[1].split("]", 1)[0] + "]")
+    assert seen[:2] == [False, False], seen
+    assert len(seen) > 5 and all(s == "RuleViolation" for s in seen[2:-1]) and seen[-1] == 0, seen
+
+
+def test_correct_code_whose_calls_make_libraries_import_keeps_every_point(tmp_path, static_check_off):
+    """Imports made during a student's call (a numpy part loaded on first use, an allowed part imported inside the
+    function) read the import path's folders and files: that is the import machinery's, not the student's. The stage
+    keeps every point the solutions get, and nothing is refused."""
+    body = ("    import numpy.polynomial  # noqa: F401\n"
+            "    rng = np.random.default_rng(0)\n    assert rng.random() < 1.0\n")
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_BODY, body + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    assert not any("refused" in r.message for r in sm.checks), [r.message for r in sm.checks if not r.passed][:2]
+    assert sm.score == grade(SOLUTIONS, stages=["softmax"]).stages["softmax"].score
+
+
+# a path-like object whose __fspath__ reads the submission's own file (which its own frame may not open): handed to
+# open, os.listdir and os.stat; the hook must never run it itself, where its own events would go unchecked
+FSPATH = (f"    _m = {MODULES}\n    _got = []\n\n"
+          "    class _Path:\n        def __fspath__(self):\n            try:\n"
+          "                _got.append(_m['builtins'].open(__file__).read(40))\n"
+          "            except OSError as e:\n                _got.append(type(e).__name__)\n"
+          "            return __file__\n\n"
+          "    for _f in (_m['builtins'].open, _m['os'].listdir, _m['os'].stat, _m['os'].path.exists):\n"
+          "        try:\n            _got.append(repr(_f(_Path()))[:20])\n"
+          "        except OSError as e:\n            _got.append('call: ' + type(e).__name__)\n"
+          "    raise ValueError('got ' + repr(_got))\n")
+
+
+def test_no_code_of_the_submission_runs_inside_the_hook(tmp_path, static_check_off):
+    """Found while closing the metadata gap: a stand-in that handed a path-like object to the hook had the hook call
+    its __fspath__, inside the hook, where the file it opened was never checked. A stand-in makes the path a str
+    outside the hook, and the hook reads only exact str and bytes, so every open the object makes is refused."""
+    sub = variant(tmp_path, {"softmax.py": [("import numpy as np\n", "import typing\n\nimport numpy as np\n"),
+                                            (SOFTMAX_BODY, FSPATH + SOFTMAX_BODY)]})
+    sm = grade(sub, stages=["softmax"]).stages["softmax"]
+    message = next(r.message for r in sm.checks if "got [" in r.message)
+    assert "Stage 1" not in message and "RuleViolation" in message, message
+
+
+def test_the_hooks_own_realpath_agrees_with_the_libraries(tmp_path, monkeypatch):
+    """The hook resolves paths with C functions bound when it loaded (os.path.realpath looks up os.lstat and
+    os.fspath as it runs, which the submission can rewrite): the same answers, links, '..' and relative paths
+    included; a loop of links is placed nowhere."""
+    from autograder.child.guard import Guard
+
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "a" / "b")
+    (tmp_path / "a" / "rel").symlink_to("../a/b/c")
+    (tmp_path / "up").symlink_to("/")
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    monkeypatch.chdir(tmp_path / "a")
+    guard = Guard(str(tmp_path / "a"), "a", [str(tmp_path)])
+    for path in (f"{tmp_path}/lnk/c", f"{tmp_path}/lnk/../b", f"{tmp_path}/a/rel/../x", f"{tmp_path}/a/./b//c/", "/",
+                 "//", f"{tmp_path}/up/usr", "rel/x", ".", "..", f"{tmp_path}/missing/../a", f"{tmp_path}/a/rel"):
+        assert guard._resolve(path) == os.path.realpath(path), path
+    assert not guard._readable(f"{tmp_path}/loop1/x") and guard._readable(f"{tmp_path}/lnk/c")
+
+
+def test_a_library_lists_no_folder_for_the_submission(tmp_path, static_check_off):
+    """pathlib, reached through typing.sys.modules in a torch stage, lists the grader's child folder on the import path
+    (which only the import machinery may list) and the root no more than os.listdir does: refused with the rule."""
+    listing = (f"    _P = {MODULES}['pathlib'].Path\n"
+               f"    sorted(_P({MODULES}['sys'].path[0]).iterdir())\n")
+    edits = [("    T_q, T_k = q.shape[-2], k.shape[-2]\n", listing + "    T_q, T_k = q.shape[-2], k.shape[-2]\n")]
+    sub = variant(tmp_path, {"fused.py": edits})
+    (sub / "fused.py").write_text("import typing\n" + (sub / "fused.py").read_text())
+    fused = grade(sub, stages=["fused"]).stages["fused"]
+    messages = [r.message for r in fused.checks if not r.passed]
+    assert fused.score == 0 and any("refused at run time: os.listdir(" in m and "list or inspect" in m
+                                    for m in messages), messages[:2]

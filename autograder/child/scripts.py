@@ -7,7 +7,8 @@ come back as plain values, one per step.
 A step is a list:
     ["call", "method", [args...], {kwargs...}]          the method's return value
     ["call?", "method", [args...], {kwargs...}]         the same, or {"raised": "ValueError", "message": ...}
-                                                        when it raises (the script goes on)
+                                                        when it raises (the script goes on; a stub's
+                                                        NotImplementedError still ends it)
     ["get", "attribute"]                                the attribute's value
 A step that raises (other than a "call?") ends the script with that error, reported at the student's line.
 """
@@ -50,6 +51,8 @@ def run(cls, init_args: list, steps: list, init_kwargs: dict | None = None, libr
         elif kind == "call?":
             try:
                 answers.append(call(getattr(obj, name), *args, **kwargs))
+            except NotImplementedError:  # a stub: the stage is not started, whatever the step allows
+                raise
             except Exception as e:  # noqa: BLE001 - the step allows any error: which one is the check's to judge
                 answers.append({"raised": type(e).__name__, "message": _said(e)})
         else:

@@ -1,5 +1,5 @@
-"""Every figure in README.md that changes, generated (never copied by hand): the stage table from the
-declarations, the catalogue's size, the test counts from pytest's collection.
+"""Every figure in README.md (and CONTRIBUTING.md's test counts) that changes, generated (never copied by hand): the
+stage table from the declarations, the catalogue's size, the test counts from pytest's collection.
 
     python -m autograder.instructor.tables [--check] [--no-tests]   (`make readme`; a test runs --check)
 
@@ -71,8 +71,9 @@ def test_counts(root: Path = ROOT) -> str:
             raise RuntimeError(f"pytest --collect-only said: {p.stdout[-500:]}{p.stderr[-500:]}")
         return int(m.group(1) or m.group(2))
 
-    return (f"The suite holds {collected()} tests; `make test-fast` runs {collected('-m', 'not slow')} of them "
-            "(the builds of whole channels and the slower variants are left to `make test`).")
+    return (f"The suite holds {collected()} tests: `make test` runs {collected('-m', 'not sweep')} of them, "
+            f"`make test-fast` {collected('-m', 'not slow and not sweep')} (the builds of whole channels and the "
+            f"slower variants are left to `make test`), and `make sweep` the other {collected('-m', 'sweep')}.")
 
 
 def code_rule() -> str:
@@ -100,14 +101,18 @@ def _replace(text: str, begin: str, end: str, body: str) -> str:
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def with_table(text: str, tests: bool = False) -> str:
-    """README text with the stage table and the generated figures between their markers made anew (the test
-    counts only when `tests`: they need pytest's collection, so the check leaves them as they are)."""
+def with_table(text: str) -> str:
+    """README text with the stage table and the generated sentences between their markers made anew."""
     text = _replace(text, BEGIN, END, readme_table())
     for name, make in GENERATED.items():
-        if name != "tests" or tests:
+        if name != "tests":
             text = _replace(text, *_markers(name), make())
     return text
+
+
+def with_test_counts(text: str) -> str:
+    """CONTRIBUTING.md's text with the test counts made anew (from pytest's collection)."""
+    return _replace(text, *_markers("tests"), test_counts())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,14 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     path = ROOT / "README.md"
     text = path.read_text()
-    new = with_table(text, tests=not args.check and not args.no_tests)
-    if args.check:
+    new = with_table(text)
+    if args.check:  # the test counts need pytest's collection: the check leaves them as they are
         if new != text:
             print("README.md's generated parts differ from the declarations: run `make readme`", file=sys.stderr)
             return 1
         return 0
     path.write_text(new)
-    print("wrote the generated parts of README.md (the stage table, the catalogue, the test counts)")
+    if not args.no_tests:
+        guide = ROOT / "CONTRIBUTING.md"
+        guide.write_text(with_test_counts(guide.read_text()))
+    print("wrote the generated parts of README.md (the stage table, the catalogue, the code rule) and "
+          "CONTRIBUTING.md (the test counts)")
     return 0
 
 
