@@ -17,7 +17,7 @@ import numpy as np
 
 from . import KIT_VERSION
 from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
-from .feedback import localise
+from .feedback import localise, repair
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, loop_line, reached_files, rel
 from .outcomes import (
@@ -467,6 +467,11 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
+    # the named change at the first failing stage's parting line, tried as an edit of a copy (feedback only); not
+    # in `make watch` (workers started ahead), whose answer to a save must stay fast
+    if not workers:
+        repair.confirm_first(done, located, ctx, submission, public_only, timeout, zygote,
+                             left_s=t0 + budget_s - time.monotonic())
     # files that are not stage modules (exercises/__init__.py is the kit's own package marker: not worth a line)
     ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in (*SUBMISSION_FILES, "__init__.py"))
     res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,

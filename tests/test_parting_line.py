@@ -243,3 +243,99 @@ def test_an_sdpa_calls_arguments_are_compared_with_the_references(call, words):
     mask = {**base, "t_q": 3, "t_k": 6, "masked": True, "is_causal": False,
             "allowed": np.tril(np.ones((3, 6), bool), 3)}
     assert relations.sdpa_relation(mask, causal=True, dropout=0.0, training=False) is None
+
+
+# -- confirm by repair (part 3): the named change, made as an edit of a copy, reruns the failing checks ---------
+
+def _hints(sub, res) -> list[str]:
+    """Every rung `make hint` gives for the stage, in order, after the run `res` (as cli.py remembers it)."""
+    from autograder.feedback.hints import next_hint, remember_run, upcoming
+
+    remember_run(res)
+    stage = next(iter(res.stages))
+    return [next_hint(sub, stage) for _ in range(upcoming(sub, stage)["of"])]
+
+
+def test_a_named_change_that_an_edit_confirms_says_so_and_the_last_rung_gives_the_edit(tmp_path):
+    from autograder.feedback.repair import repair_of
+
+    res, loc, _ = graded(tmp_path, next(m for m in MUTANTS if m.id == "v-projected-with-w_k"))
+    found = repair_of(loc)
+    assert found is not None and found["after"].startswith("v = x @ w_v"), res.next_step
+    assert f"Confirmed: with the operand `w_v` where `w_k` was on line {loc.line}, all" in res.next_step, res.next_step
+    rungs = _hints(tmp_path / "submission", res)
+    assert "change `v = x @ w_k" in rungs[-1] and "to `v = x @ w_v" in rungs[-1], rungs[-1]
+    assert not any("w_v" in r for r in rungs[:-1]), rungs
+
+
+def test_no_edit_derived_no_claim(tmp_path):
+    """The default axis 0 makes the row maxima over axis 0 at a line holding `axis=axis`: named, nothing to edit."""
+    from autograder.feedback.repair import repair_of
+
+    res, loc, _ = graded(tmp_path, next(m for m in MISSES if m.id == "softmax-default-axis-0"))
+    assert loc is not None and repair_of(loc) is None
+    assert "onfirmed" not in res.next_step, res.next_step
+    assert "change `" not in _hints(tmp_path / "submission", res)[-1]
+
+
+def test_an_edit_that_leaves_a_check_failing_claims_nothing(tmp_path):
+    """Two mistakes: the named one's edit (axis back) leaves the second failing the checks: no confirmation."""
+    from autograder.feedback.repair import edits_for, repair_of
+
+    sub = variant(tmp_path, {"softmax.py": [(SOFTMAX_TOP, SOFTMAX_TOP.replace("axis=axis", "axis=0")),
+                                            (SOFTMAX_EXP, SOFTMAX_EXP.replace("np.exp(scores - top)",
+                                                                              "np.exp(scores - top) + 1e-3"))]})
+    res = grade(sub, stages=["softmax"])
+    loc = res.located.get("softmax")
+    assert "over axis 0" in (parting_words(loc) or ""), res.next_step
+    assert edits_for(loc, sub), "an edit is derived, and tried"
+    assert repair_of(loc) is None and "onfirmed" not in res.next_step, res.next_step
+
+
+def test_a_repair_never_changes_a_score(tmp_path, monkeypatch):
+    """The same mutant graded with the repair confirmed and with it switched off: every check's result the same."""
+    from autograder.feedback import repair
+
+    m = next(m for m in MUTANTS if m.id == "softmax-max-over-columns")
+    sub = variant(tmp_path, m.edits)
+    tried = grade(sub, stages=list(m.stages))
+    assert repair.repair_of(tried.located["softmax"]) is not None
+    monkeypatch.setattr(repair, "confirm_first", lambda *a, **k: None)
+    plain = grade(sub, stages=list(m.stages))
+    assert [(r.check.id, r.status, r.score, r.message) for sr in tried.stages.values() for r in sr.checks] == \
+        [(r.check.id, r.status, r.score, r.message) for sr in plain.stages.values() for r in sr.checks]
+    assert tried.score == plain.score and tried.stages["softmax"].status == "failed"
+
+
+@pytest.mark.parametrize("line, words, after", [
+    ("    top = np.max(scores, axis=0, keepdims=True)", "taken over axis 0 (the queries' axis) instead of the last",
+     "    top = np.max(scores, axis=-1, keepdims=True)"),
+    ('    s = s.masked_fill(allowed, float("-inf"))', "equals the reference's masked scores with the mask inverted",
+     '    s = s.masked_fill(~allowed, float("-inf"))'),
+    ("    allowed = j > i  # [n, n]", "equals the reference's mask with the mask inverted (True where ...)",
+     "    allowed = j <= i  # [n, n]"),
+    ("    m = torch.ones(T, T).triu(diagonal=T - T_k)", "with the mask transposed (built per column)",
+     "    m = torch.ones(T, T).tril(diagonal=T_k - T)"),
+    ("    m = np.tril(np.ones((n, n)), k=1)", "with the mask shifted one diagonal: each query also sees the next key",
+     "    m = np.tril(np.ones((n, n)), k=0)"),
+    ("    s = q @ k.T / d_k", "made with q k^T divided by d_k = 4 instead of sqrt(d_k) = 2",
+     "    s = q @ k.T / d_k ** 0.5"),
+    ("    y = F.scaled_dot_product_attention(q, k, v)", "sets neither is_causal nor attn_mask: every query ...",
+     "    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)"),
+    ("    x -= x.max()", "your code writes into `x`, the array the caller passed in", "    x = x.copy()\n    x -= x.max()"),
+])
+def test_each_relation_kind_derives_its_edit(line, words, after):
+    from autograder.feedback.repair import derive
+
+    assert derive(line, words, 7)[0].after == after
+
+
+@pytest.mark.parametrize("line, words", [
+    ("    top = np.max(scores, axis=axis, keepdims=True)", "taken over axis 0 (the queries' axis) instead of the last"),
+    ("    w = softmax(s)", "with no scale: q k^T is not divided by sqrt(d_k)"),
+    ("    w = softmax(s)", "with no mask applied (every key visible to every query)"),
+])
+def test_no_edit_is_made_up_where_the_line_does_not_hold_the_change(line, words):
+    from autograder.feedback.repair import derive
+
+    assert derive(line, words, 7) == []

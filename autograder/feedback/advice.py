@@ -5,6 +5,7 @@ from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 from .inference import INFERRED_IDS
+from .repair import repair_of
 from .sources import def_line, first_stub, rel
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
@@ -60,6 +61,13 @@ def parting_words(loc) -> str | None:
     return steps[-1].get("relation") if steps and isinstance(steps[-1], dict) else None
 
 
+def repaired(loc) -> str:
+    """' Confirmed: with ... on line 14, the failing masking check passes.' where an edit of a copy confirmed the
+    parting line's change (feedback/repair.py), else ''."""
+    found = repair_of(loc)
+    return f" {found['said'][0].upper()}{found['said'][1:]}." if found else ""
+
+
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
     just graded pass, it points at the first stage still failing elsewhere."""
@@ -99,12 +107,12 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             where = loc_text(res, loc) if loc else \
                 "at " + (def_line(res.submission, m.where) if m.where else _where(res, s, first, stub))
             named = "" if m.id in INFERRED_IDS else f"{m.id}, "  # an inferred id is the kit's tag: the words alone
-            return f"fix {head} {where}: {named}{m.explanation}. Reread {m.reread}."
+            return f"fix {head} {where}: {named}{m.explanation}.{repaired(loc)} Reread {m.reread}."
         if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value
             what = (f"your code raises {first.error.get('type')} ({plain(str(first.error.get('message', '')))[:160]})"
                     if first.error else parting_words(loc) or "that function's own output is wrong")
             return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
-                    f"{what}. `make hint` gives a nudge.")
+                    f"{what}.{repaired(loc)} `make hint` gives a nudge.")
         where = _where(res, s, first, stub)
         return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
     graded = [s for s in STAGES if s.name in res.stages]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..stages import BY_NAME, CATALOGUE, HINTS, STAGES
 from .hint_ladders import ladder as ladder_of
+from .repair import repair_of
 from .sources import first_stub
 
 
@@ -29,6 +30,12 @@ def remember_run(res) -> None:
     state["statuses"].update({n: s.status for n, s in res.stages.items()})
     state["diagnoses"].update({n: s.diagnoses for n, s in res.stages.items()})
     state["last"] = list(res.stages)
+    for name in res.stages:  # a confirmed edit (feedback/repair.py): the last rung of that stage's ladder
+        found = repair_of(res.located.get(name))
+        if found:
+            state["repairs"][name] = found
+        else:
+            state["repairs"].pop(name, None)
     try:
         path.write_text(json.dumps(state, indent=1))
     except OSError:
@@ -41,7 +48,17 @@ def load_grade_state(submission: Path) -> dict:
     except (OSError, ValueError):
         state = {}
     return {"statuses": dict(state.get("statuses", {})), "diagnoses": dict(state.get("diagnoses", {})),
-            "last": list(state.get("last", []))}
+            "last": list(state.get("last", [])), "repairs": dict(state.get("repairs", {}))}
+
+
+def edit_rung(submission: Path, stage: str) -> list[str]:
+    """The last rung, where the latest run confirmed an edit of the parting line: the edit itself."""
+    found = load_grade_state(submission)["repairs"].get(stage)
+    if not isinstance(found, dict) or not {"file", "line", "before", "after", "said"} <= set(found):
+        return []
+    after = "; ".join(part.strip() for part in str(found["after"]).splitlines())  # a copy's line added: one line
+    return [f"In {found['file']}, line {found['line']}, change `{found['before']}` to `{after}` "
+            f"({found['said']})."]
 
 
 def first_unfinished(submission: Path) -> str | None:
@@ -76,7 +93,7 @@ def upcoming(submission: Path, stage: str, diagnoses: list[str] | None = None) -
         steps = ladder_of(m)
         rung = rungs.get(m.id, 0)
         return {"rung": rung + 1, "of": len(steps), "text": steps[rung], "mistake": m.id}
-    ladder = HINTS[stage]
+    ladder = HINTS[stage] + edit_rung(submission, stage)  # the edit itself only ever as the last rung
     rung = min(int(state.get(stage, 0)), len(ladder) - 1)
     return {"rung": rung + 1, "of": len(ladder), "text": ladder[rung], "mistake": None}
 
