@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autograder", description="Grade the attention exercises.")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grade", help="grade a submission folder or zip")
-    g.add_argument("--submission", default=str(ROOT / "exercises"), help="folder with the stage modules, or a zip")
+    g.add_argument("--submission", default=str(ROOT / "exercises"),
+                   help="folder with the stage modules, a zip, or a notebook edition's .ipynb")
     g.add_argument("--stage", action="append", help="grade only these stages (comma-separated; may be repeated)")
     from .report import RENDERERS
 

@@ -1,10 +1,19 @@
-"""exercises/ is generated from solutions/; `make submit` packs a gradable zip."""
+"""exercises/ is generated from solutions/; `make submit` packs a gradable zip; a rebuild of a channel gives the
+tree one build gives."""
+import hashlib
+import io
 import json
+import os
+import re
 import shutil
+import sqlite3
+import subprocess
 import zipfile
+from contextlib import closing
+from pathlib import Path
 
 import pytest
-from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
+from conftest import EXERCISES, ROOT, SOLUTIONS, copy_repo, grade, share_venv, variant
 
 from autograder.instructor.make_exercises import generate, stub_source
 from autograder.sandbox.submission import locate, make_zip
@@ -148,3 +157,132 @@ def test_cli_prints_which_copy_it_graded(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "note: softmax.py is in the upload more than once: graded softmax.py, ignored old/softmax.py" in p.stdout
     assert "12/12" in p.stdout and "attn-sub-" not in p.stdout
+
+
+# ------------------------------------------------------------------ rebuilds are clean (issue 44.4) --
+
+UUID = re.compile(rb"[0-9a-f]{32}")  # nbgrader's row ids: new ones each time a row is made
+
+
+DATED = re.compile(r"_\d{4}_\d\d_\d\dT[\d_]+(?=\.zip$)")  # otter's zip is named after the time it was made
+
+
+def contents(data: bytes, name: str) -> dict[str, str]:
+    """name -> sha256 of its bytes; a zip or wheel opened into its members' contents (name!member), so the
+    dates inside a zip are not compared, only what it holds; a notebook without its cells' ids (otter assign
+    draws those at random)."""
+    name = DATED.sub("_<date>", name)
+    if name.endswith(".ipynb"):
+        notebook = json.loads(data)
+        for cell in notebook["cells"]:
+            cell.pop("id", None)
+        data = json.dumps(notebook, sort_keys=True).encode()
+    if not name.endswith((".zip", ".whl")):
+        return {name: hashlib.sha256(data).hexdigest()}
+    out = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            out |= contents(z.read(info), f"{name}!{info.filename}")
+    return out
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under root, by relative path, with its contents (see contents); an SQLite database as its
+    SQL dump with row ids masked (nbgrader's gradebook.db: its ids are random, its rows are what counts)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.suffix == ".db":
+            with closing(sqlite3.connect(p)) as db:
+                dump = "\n".join(db.iterdump()).encode()
+            out[str(p.relative_to(root))] = hashlib.sha256(UUID.sub(b"<id>", dump)).hexdigest()
+        elif p.is_file():
+            out |= contents(p.read_bytes(), str(p.relative_to(root)))
+    return out
+
+
+def assert_same_tree(first: dict[str, str], again: dict[str, str]) -> None:
+    assert sorted(set(first) ^ set(again)) == [], "files in one build and not the other"
+    assert [k for k in first if first[k] != again[k]] == [], "files whose contents differ between the builds"
+
+
+@pytest.fixture(scope="module")
+def instructor_repo(tmp_path_factory):
+    return share_venv(copy_repo(tmp_path_factory.mktemp("rebuild") / "repo"), ".instructor")
+
+
+def make_target(repo: Path, target: str) -> None:
+    # -o: the venv is set up already; its markers' ages must not start an install
+    p = subprocess.run(["make", "-s", "-o", ".venv/.instructor", "-o", ".venv/.student", target], cwd=repo,
+                       capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"})
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def rebuilt(repo: Path, target: str, built: str, leftovers) -> tuple[dict, dict]:
+    """(tree after one `make target`, tree after a second one), with leftovers(folder) run on the first
+    build's output between them: what a rebuild must not keep."""
+    make_target(repo, target)
+    first = tree(repo / built)
+    leftovers(repo / built)
+    make_target(repo, target)
+    return first, tree(repo / built)
+
+
+def stray(folder: Path) -> None:
+    (folder / "stray.txt").write_text("left by the last build")
+
+
+def test_make_release_twice_gives_the_first_build(instructor_repo):
+    first, again = rebuilt(instructor_repo, "release", "dist/student", stray)
+    assert "Makefile" in first and "autograder/fixtures.json" in first
+    assert_same_tree(first, again)
+
+
+def test_make_autograder_twice_gives_the_same_zip_byte_for_byte(instructor_repo):
+    zip_path = instructor_repo / "dist" / "autograder.zip"
+    make_target(instructor_repo, "autograder")
+    data = zip_path.read_bytes()
+    os.utime(instructor_repo / "autograder" / "cli.py")  # a newer file date changes nothing inside the zip
+    make_target(instructor_repo, "autograder")
+    first = contents(data, "autograder.zip")
+    assert "autograder.zip!course_secret" in first and first == contents(zip_path.read_bytes(), "autograder.zip")
+    assert zip_path.read_bytes() == data  # fixed member dates: the same bytes, so a checksum shows no change
+
+
+def course_state(course: Path) -> None:
+    """What a used course holds beyond the build: a generated release, the log, a stray file (no students' work)."""
+    p = subprocess.run([str(ROOT / ".venv" / "bin" / "nbgrader"), "generate_assignment", "attention", "--force"],
+                       cwd=course, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"})
+    assert p.returncode == 0 and (course / "release" / "attention").is_dir(), p.stderr[-2000:]
+    stray(course)
+
+
+def test_make_nbgrader_twice_gives_the_course_of_one_build(instructor_repo):
+    first, again = rebuilt(instructor_repo, "nbgrader", "dist/nbgrader", course_state)
+    assert "gradebook.db" in first and "source/attention/attention.ipynb" in first
+    assert_same_tree(first, again)
+
+
+def test_make_otter_twice_gives_the_assignment_of_one_build(instructor_repo):
+    first, again = rebuilt(instructor_repo, "otter", "dist/otter", stray)
+    assert any(k.startswith("result/autograder/") and "!" in k for k in first), sorted(first)[:20]
+    assert_same_tree(first, again)
+
+
+def test_a_rebuild_keeps_students_work_and_the_checkout(tmp_path):
+    """A rebuild empties its folder; where that folder holds nbgrader's submitted/ work, or the checkout
+    itself, it stops with one sentence and removes nothing."""
+    from autograder.instructor.build import NotABuild, fresh
+    from autograder.instructor.notebooks import main, nbgrader_course
+
+    course = tmp_path / "course"
+    (course / "submitted" / "alice" / "attention").mkdir(parents=True)
+    (course / "submitted" / "alice" / "attention" / "attention.ipynb").write_text("{}")
+    with pytest.raises(NotABuild, match="students' work"):
+        nbgrader_course(course)
+    assert main(["nbgrader", "--out", str(course)]) == 2
+    assert (course / "submitted" / "alice" / "attention" / "attention.ipynb").exists()
+    for folder in (ROOT, ROOT.parent, Path.home()):
+        with pytest.raises(NotABuild, match="holds this checkout or your home folder"):
+            fresh(folder)
+    assert (ROOT / "Makefile").exists()

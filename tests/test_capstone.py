@@ -234,3 +234,123 @@ def test_steps_below_one_and_an_unreachable_download_are_said_in_words(repo, tmp
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "could not be downloaded" in out and "Traceback" not in out, out
     assert not target.exists()
+
+
+# ---------------------------------------------------------------- a broken GPT2_DIR (issue 44.5) --
+
+def rewrite_header(path, edit) -> None:
+    """The checkpoint with its header passed through edit(header) -> header, the data bytes kept."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = edit(json.loads(raw[8 : 8 + n]))
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n :])
+
+
+def cut_in_half(p):
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+def header_not_json(p):
+    raw = bytearray(p.read_bytes())
+    raw[8:12] = b"\xff\x00{{"
+    p.write_bytes(bytes(raw))
+
+
+def c_attn_of_another_width(p):
+    # consistent in itself (shape and byte range agree) but not GPT-2's [d, 3d]
+    w = g.load_safetensors(p)
+    w["h.1.attn.c_attn.weight"] = torch.zeros(32, 64)
+    g.save_safetensors(w, p)
+
+
+def shape_disagrees_with_bytes(p):
+    rewrite_header(p, lambda h: h | {"ln_f.bias": h["ln_f.bias"] | {"shape": [33]}})
+
+
+def drop_a_tensor(p):
+    w = g.load_safetensors(p)
+    del w["h.1.mlp.c_fc.bias"]
+    g.save_safetensors(w, p)
+
+
+def tokenizer_files(folder, vocab=None, merges="#version: 0.2\nh e\n"):
+    """A byte-level BPE for the 256-token tiny checkpoint: the symbols of bytes 1-255, and "he" as id 0."""
+    alphabet = g.byte_alphabet()
+    symbols = {alphabet[b]: b for b in range(1, 256)} | {"he": 0}
+    (folder / "vocab.json").write_text(vocab if vocab is not None else json.dumps(symbols))
+    if merges is not None:
+        (folder / "merges.txt").write_text(merges)
+
+
+BROKEN = {
+    "cut short": (cut_in_half, "model.safetensors", "is cut short"),
+    "under 8 bytes": (lambda p: p.write_bytes(b"\x10\x00"), "model.safetensors", "is 2 bytes long"),
+    "a web page": (lambda p: p.write_text("<!DOCTYPE html><html>Access denied</html>"), "model.safetensors", "is text"),
+    "header not JSON": (header_not_json, "model.safetensors", "its header is not JSON"),
+    "a shape not GPT-2's": (c_attn_of_another_width, "model.safetensors",
+                            "tensor h.1.attn.c_attn.weight has the shape [32, 64]; a GPT-2 of width 32"),
+    "a shape its bytes disagree with": (shape_disagrees_with_bytes, "model.safetensors",
+                                        "tensor 'ln_f.bias' is F32 of shape [33] (132 bytes) but its byte range holds 128"),
+    "a tensor missing": (drop_a_tensor, "model.safetensors", "it has no tensor h.1.mlp.c_fc.bias"),
+    "vocab.json cut short": (lambda p: tokenizer_files(p.parent, vocab='{"a": 1, "b'), "vocab.json", "is not JSON"),
+    "vocab.json of another model": (lambda p: tokenizer_files(p.parent, vocab='{"a": 0, "b": 50256}'), "vocab.json",
+                                    "has the id 50256 but the checkpoint's vocabulary holds 256 tokens"),
+    "merges.txt damaged": (lambda p: tokenizer_files(p.parent, merges="#version: 0.2\nh e\nl\n"), "merges.txt",
+                           "merge 2 is 'l'"),
+    "merges.txt of another vocabulary": (lambda p: tokenizer_files(p.parent, merges="#version: 0.2\nh e\nt h\n"),
+                                         "merges.txt", "makes 'th' at merge 2, a token vocab.json lacks"),
+    "merges.txt missing": (lambda p: tokenizer_files(p.parent, merges=None), "merges.txt", None),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_a_broken_gpt2_dir_names_the_file_why_and_where_to_fetch_it(case, tmp_path):
+    """Each damage a download or a hand copy can leave: one error line naming the file and what is wrong with it,
+    and the address the kit downloads it from; nothing raised (the make test below: no traceback)."""
+    from autograder.capstone.run import load_gpt2
+
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    damage, name, why = BROKEN[case]
+    damage(folder / "model.safetensors")
+    error = load_gpt2(folder, no_download=True)
+    assert isinstance(error, str), case
+    assert error.startswith(f"error: {folder / name} ") or error.startswith(f"error: no {folder / name} "), error
+    assert why is None or why in error, error
+    assert g.URL + name in error, error
+
+
+def test_a_sound_gpt2_dir_loads_with_its_bpe_and_without(tmp_path):
+    # the checks raise no false alarm: the tiny checkpoint alone (bytes), and with a byte-level BPE beside it
+    from autograder.capstone.run import load_gpt2
+
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    w, cfg, tok = load_gpt2(folder, no_download=True)
+    assert isinstance(tok, g.Bytes) and cfg.n_layers == 2
+    tokenizer_files(folder)
+    w, cfg, tok = load_gpt2(folder, no_download=True)
+    assert isinstance(tok, g.BPE) and tok.encode("he") == [0] and tok.decode(tok.encode("the cat")) == "the cat"
+
+
+def test_a_checkpoint_without_its_config_or_bpe_says_which_file_it_needs(tmp_path):
+    from autograder.capstone.run import load_gpt2
+
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    (folder / "config.json").unlink()  # width 32 is no GPT-2 size: the heads are read in config.json
+    error = load_gpt2(folder, no_download=True)
+    assert error.startswith(f"error: {folder / 'config.json'} is missing") and "no GPT-2 size" in error, error
+    (folder / "config.json").write_text("{n_head: 4")
+    assert "is not a JSON object" in load_gpt2(folder, no_download=True)
+    big = tiny_gpt2_checkpoint(tmp_path / "big", layers=1, vocab=300)  # more than the bytes: GPT-2's BPE is needed
+    error = load_gpt2(big, no_download=True)
+    assert f"no {big / 'vocab.json'}, {big / 'merges.txt'}" in error and g.URL + "vocab.json" in error, error
+
+
+def test_make_capstone_gpt2_on_a_truncated_checkpoint_says_so_without_a_traceback(repo, tmp_path):
+    folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
+    cut_in_half(folder / "model.safetensors")
+    p = make(repo, f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={folder}")
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "Traceback" not in out, out
+    assert f"{folder / 'model.safetensors'} tensor " in out and "the file is cut short" in out, out
+    assert f"downloads {g.URL}model.safetensors" in out, out

@@ -159,3 +159,47 @@ def test_pip_install_dot_in_the_release_installs_its_grader(student_repo, tmp_pa
     names = zipfile.ZipFile(wheel).namelist()
     assert "autograder/fixtures.json" in names and "autograder/cli.py" in names
     assert not any(n.startswith(("attn_ref/", "autograder/instructor/")) for n in names)
+
+
+# The Dev Container specification's JSON schema (containers.dev, devContainer.base.schema.json) is not
+# available offline here: this is its part for the keys the release uses, with the types the spec defines
+# (an image-based container: `image` a string; a lifecycle command a string, an array of strings, or an
+# object of either; customizations an object keyed by tool).
+COMMAND = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                     {"type": "object", "additionalProperties": {"oneOf": [
+                         {"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}]}
+DEVCONTAINER_SCHEMA = {
+    "type": "object",
+    "required": ["image"],
+    "properties": {
+        "name": {"type": "string"},
+        "image": {"type": "string", "minLength": 1},
+        "containerEnv": {"type": "object", "additionalProperties": {"type": "string"}},
+        "remoteUser": {"type": "string"},
+        "features": {"type": "object"},
+        "onCreateCommand": COMMAND, "updateContentCommand": COMMAND, "postCreateCommand": COMMAND,
+        "postStartCommand": COMMAND, "postAttachCommand": COMMAND,
+        "customizations": {"type": "object", "properties": {"vscode": {"type": "object", "properties": {
+            "extensions": {"type": "array", "items": {"type": "string"}},
+            "settings": {"type": "object"}}, "additionalProperties": False}}},
+    },
+    "additionalProperties": False,  # a misspelt key would be ignored by the tools: none is allowed here
+}
+
+
+def test_the_release_ships_a_dev_container_the_spec_accepts(student_repo):
+    import jsonschema
+
+    config = json.loads((student_repo / ".devcontainer" / "devcontainer.json").read_text())
+    jsonschema.validate(config, DEVCONTAINER_SCHEMA)
+    assert "python:" in config["image"] and "3.12" in config["image"]
+    # the command it runs after creation is a target of the release's own Makefile: the venv, torch's CPU build
+    command = config["postCreateCommand"]
+    assert command == "make .venv/.student" and "$(VENV)/.student:" in (student_repo / "Makefile").read_text()
+    readme = (student_repo / "README.md").read_text()
+    assert ".devcontainer/devcontainer.json" in readme and "Codespaces" in readme and "Chromebook" in readme
+    assert "Windows without WSL" in readme and "Nothing\ndiffers there: it is Linux" in readme
+    # the schema catches what it is meant to: a misspelt key, a command of the wrong type
+    for broken in ({**config, "postCreateComand": command}, {**config, "postCreateCommand": 1}, {"name": "x"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, DEVCONTAINER_SCHEMA)

@@ -43,25 +43,75 @@ NAMES = {v: k for k, v in DTYPES.items()}
 
 # ------------------------------------------------------------------------------ safetensors --
 
+class BrokenFile(ValueError):
+    """A file of GPT2_DIR that cannot be what the capstone needs: `path` and `why`, in words."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+
+CUT = "the file is cut short (a download that stopped early?)"
+
+
+def read_header(path: Path, data: bytes | bytearray) -> tuple[int, dict]:
+    """(header length, header) of a safetensors file's bytes, or BrokenFile saying what is wrong with them."""
+    if len(data) >= 8 and all(32 <= b < 127 or b in b"\t\r\n" for b in data[:8]):  # a real length's top bytes are 0
+        raise BrokenFile(path, "is text (a web page or an error message?), not a safetensors file")
+    if len(data) < 8:
+        raise BrokenFile(path, f"is {len(data)} bytes long, shorter than the 8-byte header length a safetensors "
+                               f"file starts with: {CUT}")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        raise BrokenFile(path, f"its header says it is {n} bytes long but only {len(data) - 8} bytes follow: {CUT}")
+    try:
+        header = json.loads(bytes(data[8 : 8 + n]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BrokenFile(path, f"its header is not JSON ({e}): not a safetensors file, or a damaged one") from None
+    if not isinstance(header, dict):
+        raise BrokenFile(path, "its header is not a JSON object naming the tensors: not a safetensors file")
+    return n, header
+
+
+def tensor_range(path: Path, name: str, info, body: int) -> tuple[torch.dtype, list[int], int, int]:
+    """(dtype, shape, start, end) of one header entry, checked against itself and the `body` bytes that follow."""
+    if not isinstance(info, dict) or info.get("dtype") not in DTYPES:
+        raise BrokenFile(path, f"tensor {name!r} has no dtype the kit reads ({', '.join(DTYPES)}) in the header")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(isinstance(x, int) and x >= 0 for x in shape)):
+        raise BrokenFile(path, f"tensor {name!r} has the shape {shape!r} in the header, not a list of sizes")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) for x in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        raise BrokenFile(path, f"tensor {name!r} has the byte range {offsets!r} in the header, not [start, end]")
+    dtype, (start, end) = DTYPES[info["dtype"]], offsets
+    if end > body:
+        raise BrokenFile(path, f"tensor {name!r} ends at byte {end} of the data, which holds {body} bytes: {CUT}")
+    if end - start != math.prod(shape) * dtype.itemsize:
+        raise BrokenFile(path, f"tensor {name!r} is {info['dtype']} of shape {shape} ({math.prod(shape) * dtype.itemsize} "
+                               f"bytes) but its byte range holds {end - start} bytes")
+    return dtype, shape, start, end
+
+
 def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor in a .safetensors file, by name, read into memory (the file is closed after)."""
+    """Every tensor in a .safetensors file, by name, read into memory (the file is closed after).
+
+    A file that is not one (cut short, a header that is not JSON, byte ranges that disagree with the
+    shapes) raises BrokenFile saying which way."""
     path = Path(path)
     data = bytearray(path.stat().st_size)  # one writable buffer that the tensors share (no copy per tensor)
     with path.open("rb") as f:
         f.readinto(data)
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
+    n, header = read_header(path, data)
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        start, end = info["data_offsets"]
-        dtype = DTYPES[info["dtype"]]
+        dtype, shape, start, end = tensor_range(path, name, info, len(data) - 8 - n)
         if end > start:
             t = torch.frombuffer(data, dtype=dtype, offset=8 + n + start, count=(end - start) // dtype.itemsize)
         else:
             t = torch.empty(0, dtype=dtype)
-        out[name] = t.reshape(info["shape"])
+        out[name] = t.reshape(shape)
     return out
 
 
@@ -105,6 +155,38 @@ def gpt2_weights(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def expected_shapes(vocab: int, n_ctx: int, d: int, n_layers: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor a GPT-2 checkpoint of this size holds, with its shape (Conv1D weights [in, out])."""
+    out = {"wte.weight": (vocab, d), "wpe.weight": (n_ctx, d), "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for i in range(n_layers):
+        g = f"h.{i}."
+        out |= {g + "ln_1.weight": (d,), g + "ln_1.bias": (d,), g + "ln_2.weight": (d,), g + "ln_2.bias": (d,),
+                g + "attn.c_attn.weight": (d, 3 * d), g + "attn.c_attn.bias": (3 * d,),
+                g + "attn.c_proj.weight": (d, d), g + "attn.c_proj.bias": (d,),
+                g + "mlp.c_fc.weight": (d, 4 * d), g + "mlp.c_fc.bias": (4 * d,),
+                g + "mlp.c_proj.weight": (4 * d, d), g + "mlp.c_proj.bias": (d,)}
+    return out
+
+
+def check_shapes(w: dict[str, torch.Tensor], path: Path) -> None:
+    """BrokenFile naming the first tensor GPT-2's layout needs that the checkpoint lacks or holds in another shape
+    (the sizes are read off wte and wpe: [vocab, d_model] and [n_ctx, d_model])."""
+    for name in ("wte.weight", "wpe.weight"):
+        if name not in w or w[name].dim() != 2:
+            found = f"holds it in the shape {list(w[name].shape)}" if name in w else "has no such tensor"
+            raise BrokenFile(path, f"GPT-2's {name} ([vocab or positions, d_model]) is not there: the file {found}")
+    layers = {int(m.group(1)) for m in (re.match(r"h\.(\d+)\.", k) for k in w) if m}
+    if not layers:
+        raise BrokenFile(path, "it holds no layer (no tensor named h.0....): not a GPT-2 checkpoint")
+    (vocab, d), n_ctx = w["wte.weight"].shape, w["wpe.weight"].shape[0]
+    for name, shape in expected_shapes(vocab, n_ctx, d, 1 + max(layers)).items():
+        if name not in w:
+            raise BrokenFile(path, f"it has no tensor {name} (GPT-2's layout; {1 + max(layers)} layers)")
+        if tuple(w[name].shape) != shape:
+            raise BrokenFile(path, f"tensor {name} has the shape {list(w[name].shape)}; a GPT-2 of width {d} "
+                                   f"(wte.weight {[vocab, d]}) has {list(shape)} there")
+
+
 def config_of(w: dict[str, torch.Tensor], n_heads: int | None = None) -> Config:
     """The decoder's shape, read off the tensors (heads: given, else from the width of a GPT-2 size)."""
     vocab, d = w["wte.weight"].shape
@@ -113,12 +195,23 @@ def config_of(w: dict[str, torch.Tensor], n_heads: int | None = None) -> Config:
         if d not in HEADS_BY_WIDTH:
             raise ValueError(f"width {d} is no GPT-2 size: say how many heads (config.json's n_head)")
         n_heads = HEADS_BY_WIDTH[d]
+    if n_heads < 1 or d % n_heads:
+        raise ValueError(f"{n_heads} heads do not divide the width {d}")
     return Config(vocab=vocab, n_ctx=w["wpe.weight"].shape[0], d_model=d, n_heads=n_heads, n_layers=n_layers, bias=True)
 
 
 def heads_from_config(folder: Path) -> int | None:
+    """config.json's n_head where the folder has one (GPT-2's own has; the sizes in HEADS_BY_WIDTH need none)."""
     cfg = folder / "config.json"
-    return json.loads(cfg.read_text()).get("n_head") if cfg.exists() else None
+    if not cfg.exists():
+        return None
+    try:
+        heads = json.loads(cfg.read_text(encoding="utf-8")).get("n_head")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise BrokenFile(cfg, f"is not a JSON object ({e}): GPT-2's config.json holds one") from None
+    if heads is not None and (not isinstance(heads, int) or heads < 1):
+        raise BrokenFile(cfg, f"says n_head is {heads!r}, not a number of heads")
+    return heads
 
 
 def load_into(model: Decoder, w: dict[str, torch.Tensor]) -> None:
@@ -201,10 +294,13 @@ class BPE:
         self.to_byte = {c: b for b, c in self.to_char.items()}
 
     @classmethod
-    def from_folder(cls, folder: Path) -> "BPE":
-        vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-        lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
-        merges = [tuple(line.split()) for line in lines if line and not line.startswith("#version")]
+    def from_folder(cls, folder: Path, vocab_size: int | None = None) -> "BPE":
+        """vocab.json and merges.txt read and checked (ids below `vocab_size`): BrokenFile on what is wrong."""
+        vocab, merges = read_vocab(folder / "vocab.json", vocab_size), read_merges(folder / "merges.txt")
+        lost = next((i for i, (a, b) in enumerate(merges) if a + b not in vocab), None)
+        if lost is not None:
+            raise BrokenFile(folder / "merges.txt", f"makes {merges[lost][0] + merges[lost][1]!r} at merge {lost + 1}, "
+                                                    "a token vocab.json lacks: the two files are of different models")
         return cls(vocab, merges)
 
     def _word(self, word: str) -> list[str]:
@@ -239,5 +335,47 @@ class Bytes:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
-def tokenizer_of(folder: Path):
-    return BPE.from_folder(folder) if (folder / "vocab.json").exists() and (folder / "merges.txt").exists() else Bytes()
+def read_vocab(path: Path, vocab_size: int | None = None) -> dict[str, int]:
+    """vocab.json: token -> id, every id under the checkpoint's `vocab_size`."""
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BrokenFile(path, f"is not JSON ({e}): {CUT}") from None
+    if not isinstance(vocab, dict) or not vocab or not all(isinstance(i, int) for i in vocab.values()):
+        raise BrokenFile(path, "is not GPT-2's vocabulary (a JSON object from each token to its id)")
+    top = max(vocab.values())
+    if vocab_size is not None and top >= vocab_size:
+        raise BrokenFile(path, f"has the id {top} but the checkpoint's vocabulary holds {vocab_size} tokens: "
+                               "the tokenizer is another model's")
+    return vocab
+
+
+def read_merges(path: Path) -> list[tuple[str, str]]:
+    """merges.txt: one merge a line, two symbols each (a '#version' line first)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise BrokenFile(path, f"is not UTF-8 text ({e})") from None
+    merges = [tuple(line.split()) for line in lines if line and not line.startswith("#version")]
+    bad = next((i for i, m in enumerate(merges) if len(m) != 2), None)
+    if not merges or bad is not None:
+        where = f"merge {bad + 1} is {' '.join(merges[bad])!r}" if bad is not None else "it holds no merges"
+        raise BrokenFile(path, f"is not GPT-2's BPE merges (two symbols a line): {where}")
+    return merges
+
+
+def needs_bpe(folder: Path, vocab_size: int) -> bool:
+    """Whether the text needs vocab.json and merges.txt: either is there, or the vocabulary is not the 256 bytes."""
+    return vocab_size != 256 or any((folder / name).exists() for name in FILES[1:])
+
+
+def tokenizer_of(folder: Path, vocab_size: int):
+    """The folder's BPE, or raw bytes for a 256-token checkpoint without tokenizer files; BrokenFile when one of
+    the two BPE files is missing or damaged."""
+    if not needs_bpe(folder, vocab_size):
+        return Bytes()
+    for name in FILES[1:]:
+        if not (folder / name).exists():
+            raise BrokenFile(folder / name, f"is missing: a checkpoint of {vocab_size} tokens reads and writes its "
+                                            "text through GPT-2's BPE (vocab.json and merges.txt together)")
+    return BPE.from_folder(folder, vocab_size)

@@ -172,32 +172,78 @@ def toy(args) -> int:
     return 0 if ok else 1
 
 
+def fetch(folder: Path, names: list[str], no_download: bool) -> str | None:
+    """None once `names` are in folder (downloaded when missing); else the error to print."""
+    from . import gpt2 as g
+
+    missing = [name for name in names if not (folder / name).exists()]
+    if not missing:
+        return None
+    if no_download:
+        return f"error: no {', '.join(str(folder / n) for n in missing)} (download {' and '.join(g.URL + n for n in missing)})"
+    try:
+        g.download(folder)
+    except OSError as e:  # no network, a proxy, a refused address: the folder is what the command needs
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        reason = getattr(e, "reason", None) or e
+        return (f"error: GPT-2's files could not be downloaded ({reason}). Put {', '.join(g.FILES)} from {g.URL} "
+                f"into {folder} (or name another folder: make capstone MODEL=gpt2 GPT2_DIR=...) and run again.")
+    return None
+
+
+def broken(e) -> str:
+    """The error line for a file of GPT2_DIR that is damaged or missing: which, why, and how to fetch it again."""
+    from . import gpt2 as g
+
+    if e.path.name not in g.FILES:  # config.json: GPT-2's sizes need none, so nothing downloads it
+        return (f"error: {e.path} {e.why}.\nFetch it again from where the checkpoint came from (GPT-2's own: "
+                f"{g.URL}{e.path.name}), or delete it where the checkpoint is one of GPT-2's sizes.")
+    return (f"error: {e.path} {e.why}.\nFetch it again: delete it and run make capstone MODEL=gpt2 again, which "
+            f"downloads {g.URL}{e.path.name} into {e.path.parent} (or download that address there by hand).")
+
+
+def load_gpt2(folder: Path, no_download: bool):
+    """(tensors, config, tokenizer) from folder, or the error line to print: a file missing and not downloaded,
+    or one that is damaged (g.BrokenFile: named, with the address to fetch it again)."""
+    from . import gpt2 as g
+
+    error = fetch(folder, ["model.safetensors"], no_download)
+    if error:
+        return error
+    try:
+        w = g.gpt2_weights(folder / "model.safetensors")
+        g.check_shapes(w, folder / "model.safetensors")
+        heads = g.heads_from_config(folder)
+        if heads is None and w["wte.weight"].shape[1] not in g.HEADS_BY_WIDTH:
+            raise g.BrokenFile(folder / "config.json", f"is missing: the checkpoint's width "
+                               f"{w['wte.weight'].shape[1]} is no GPT-2 size, so its n_head must be read there")
+        cfg = g.config_of(w, heads)
+        if g.needs_bpe(folder, cfg.vocab):
+            error = fetch(folder, list(g.FILES[1:]), no_download)
+        return error or (w, cfg, g.tokenizer_of(folder, cfg.vocab))
+    except g.BrokenFile as e:
+        return broken(e)
+    except ValueError as e:  # heads that do not divide the width
+        return f"error: {folder / 'config.json'}: {e}"
+    except OSError as e:  # a folder where a file belongs, no permission to read
+        return f"error: {e.filename or folder} could not be read ({e.strerror or e})"
+
+
 def gpt2(args) -> int:
     from . import gpt2 as g
     from .model import Decoder, generate, load_student
 
     folder = Path(args.weights).expanduser()
-    if not (folder / "model.safetensors").exists():
-        if args.no_download:
-            print(f"error: no {folder / 'model.safetensors'} (download it from {g.URL}model.safetensors)", file=sys.stderr)
-            return 2
-        try:
-            g.download(folder)
-        except OSError as e:  # no network, a proxy, a refused address: the folder is what the command needs
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
-            reason = getattr(e, "reason", None) or e
-            print(f"error: GPT-2's files could not be downloaded ({reason}). Put {', '.join(g.FILES)} from {g.URL} "
-                  f"into {folder} (or name another folder: make capstone MODEL=gpt2 GPT2_DIR=...) and run again.",
-                  file=sys.stderr)
-            return 2
+    loaded = load_gpt2(folder, args.no_download)
+    if isinstance(loaded, str):
+        print(loaded, file=sys.stderr)
+        return 2
+    w, cfg, tok = loaded
     attention_cls, kv_cache_cls = load_student(args.submission)
-    w = g.gpt2_weights(folder / "model.safetensors")
-    cfg = g.config_of(w, g.heads_from_config(folder))
     model = Decoder(cfg, attention_cls)
     g.load_into(model, w)
     model.eval()
-    tok = g.tokenizer_of(folder)
     ids = torch.tensor([tok.encode(args.prompt)[-(cfg.n_ctx - 1) :]])  # room for one new token at least
     print(f"loaded {folder}: {cfg.n_layers} layers, d_model {cfg.d_model}, {cfg.n_heads} heads, vocabulary "
           f"{cfg.vocab}, with your CausalSelfAttention in every layer")

@@ -153,13 +153,21 @@ be measured, and that check fails.
 ## Supported systems
 
 Linux, macOS (Intel and Apple silicon) and Windows through WSL2 (`wsl --install`, then work inside
-Ubuntu), with Python 3.11 to 3.13: `make grade` takes the first of python3.13, python3.12, python3.11
+Ubuntu) or a dev container (below), with Python 3.11 to 3.13: `make grade` takes the first of python3.13, python3.12, python3.11
 and python3 that is 3.11 or newer (`make grade PYTHON=...` names another). Where your system lacks a
 protection of the grader's sandbox (macOS refuses a memory limit; there is no /proc), grading goes on
 without it and the report says which, once: on your own machine only your own work is at risk.
 
 This repo runs the public checks. The autograder runs them too, and more checks of the same kinds on
 inputs you have not seen: a solution that is right in general passes them.
+
+Without WSL (Windows), on a Chromebook, or in a browser: the repo ships `.devcontainer/devcontainer.json`
+(Debian Linux, Python 3.12; after the container is made it runs `make .venv/.student`, the set-up
+`make grade` does on first use, with torch's CPU build). In a browser: on the repo's GitHub page,
+Code > Codespaces > Create codespace. On Windows without WSL: a codespace, or VS Code's Dev Containers
+extension with Docker Desktop on its Hyper-V back end (open the folder, "Reopen in Container"). On a Chromebook:
+Codespaces in the browser, or turn on Linux (Settings > Developers) and work there as on Linux. Nothing
+differs there: it is Linux, and every `make` command above works as written, in its terminal.
 
 For a GPU: install the CUDA build of the same torch version into `.venv` (pytorch.org's install
 selector); every command stays the same, and the fused stage then runs on the GPU kernels.
@@ -240,11 +248,57 @@ def without_mutants(source: str) -> str:
     return "".join(lines)
 
 
-def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
-    """Build the student repo in `out`: exercises, the public grader and its fixtures, Makefile, README."""
+class NotABuild(RuntimeError):
+    """A build's output folder that a rebuild must not remove (the checkout, a home, students' work)."""
+
+
+def fresh(out: Path, keep: tuple[str, ...] = ()) -> Path:
+    """`out` emptied and made again, so a rebuild gives the same tree as a first build (nothing of the last one
+    left over). Refused, with NotABuild, where `out` holds this checkout or the home folder, or any of `keep`
+    (folders of students' work, which a rebuild would lose) has something in it."""
+    out = Path(out).resolve()
+    if out in (ROOT, *ROOT.parents, Path.home(), *Path.home().parents):
+        raise NotABuild(f"{out} holds this checkout or your home folder: name a build folder of its own (--out)")
+    held = [out / name for name in keep if (out / name).is_dir() and any((out / name).iterdir())]
+    if held:
+        raise NotABuild(f"{out} holds students' work ({', '.join(str(h) for h in held)}): a rebuild starts from an "
+                        "empty folder, so move that work elsewhere (or delete it), then build again")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    return out
+
+
+STAMP = (1980, 1, 1, 0, 0, 0)  # every zip member's date: a rebuild's zip is byte for byte the last one
+
+
+def zip_text(z: zipfile.ZipFile, name: str, data: str | bytes, mode: int = 0o644) -> None:
+    """One member of a reproducible zip: a fixed date and mode, whatever the file's on disk."""
+    info = zipfile.ZipInfo(name, STAMP)
+    info.external_attr = (mode | stat.S_IFREG) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    z.writestr(info, data)
+
+
+DEVCONTAINER_IMAGE = "mcr.microsoft.com/devcontainers/python:1-3.12-bookworm"  # Debian with Python 3.12, make, git
+
+
+def devcontainer() -> dict:
+    """The release's .devcontainer/devcontainer.json (the Dev Container specification): a Python 3.12 Linux
+    image, and after creation the venv `make grade` would make (torch's CPU build: install.py's Linux default)."""
+    return {
+        "name": "Attention kit",
+        "image": DEVCONTAINER_IMAGE,
+        "postCreateCommand": "make .venv/.student",
+        "customizations": {"vscode": {"extensions": ["ms-python.python"],
+                                      "settings": {"python.defaultInterpreterPath": ".venv/bin/python"}}},
+    }
+
+
+def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
+    """Build the student repo in `out` (emptied first: see fresh): exercises, the public grader and its
+    fixtures, Makefile, README."""
+    out = fresh(out)
     shutil.copytree(ROOT / "exercises", out / "exercises", ignore=shutil.ignore_patterns("__pycache__"))
     for path in sorted(GRADER.rglob("*.py")):
         rel = path.relative_to(GRADER)
@@ -267,6 +321,8 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
         (GRADER / "report" / "policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
+    (out / ".devcontainer").mkdir()
+    (out / ".devcontainer" / "devcontainer.json").write_text(json.dumps(devcontainer(), indent=2) + "\n")
     (out / ".gitignore").write_text(".venv/\n__pycache__/\nsubmission.zip\n.hints.json\n.grade-state.json\nreport.html\n"
                                     "capstone.html\n")
     return out
@@ -485,16 +541,14 @@ def autograder_zip(out: Path = DIST / "autograder.zip", secret: str | None = Non
     write_secret(kept, secret)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, text in (("setup.sh", SETUP_SH), ("run_autograder", RUN_AUTOGRADER % fallback_results())):
-            info = zipfile.ZipInfo(name)
-            info.external_attr = (0o755 | stat.S_IFREG) << 16
-            z.writestr(info, text)
+            zip_text(z, name, text, 0o755)
         for folder in ("autograder", "attn_ref"):
             for path in sorted((ROOT / folder).rglob("*.py")):
-                z.write(path, str(path.relative_to(ROOT)))
-        z.write(ROOT / "requirements-student.txt", "requirements-student.txt")
-        z.writestr("course_secret", secret)
-        z.writestr("hidden_visibility", hidden_visibility)
-        z.writestr("bonus_policy", bonus_policy)
+                zip_text(z, str(path.relative_to(ROOT)), path.read_bytes())
+        zip_text(z, "requirements-student.txt", (ROOT / "requirements-student.txt").read_bytes())
+        zip_text(z, "course_secret", secret)
+        zip_text(z, "hidden_visibility", hidden_visibility)
+        zip_text(z, "bonus_policy", bonus_policy)
     return out
 
 
@@ -580,6 +634,15 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--zip", default=str(DIST / "autograder.zip"))
     g.add_argument("--root", default=str(DIST / "gradescope-local"))
     args = p.parse_args(argv)
+    try:
+        return build(args)
+    except NotABuild as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def build(args) -> int:
+    """The command `args` names (see main)."""
     if args.cmd == "release":
         print(f"wrote the student repo to {release(Path(args.out), args.bonus)}")
     elif args.cmd == "autograder":

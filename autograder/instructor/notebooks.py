@@ -17,6 +17,7 @@ import argparse
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 from .. import KIT_VERSION
@@ -180,14 +181,16 @@ def course_requirements(wheel: str) -> str:
             f"--extra-index-url https://download.pytorch.org/whl/cpu\n{pins['torch']}\n./{wheel}\n")
 
 
+COURSE_WORK = ("submitted", "autograded", "feedback")  # nbgrader's folders of students' work: a rebuild keeps out
+
+
 def nbgrader_course(out: Path = ROOT / "dist" / "nbgrader", bonus_policy: str = DEFAULT_BONUS_POLICY) -> Path:
     """The course folder: nbgrader_config.py, source/attention/attention.ipynb, the kit's wheel, the
     grading environment's requirements.txt and a README saying how to install and run it."""
-    from .build import kit_wheel
+    from .build import fresh, kit_wheel
 
-    (out / "source" / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
-    for old in out.glob("attention_kit-*.whl"):
-        old.unlink()
+    out = fresh(out, keep=COURSE_WORK)  # a rebuild starts over: no gradebook, release or log of the last one
+    (out / "source" / ASSIGNMENT).mkdir(parents=True)
     wheel = kit_wheel(out).name
     (out / "requirements.txt").write_text(course_requirements(wheel))
     (out / "README.md").write_text(COURSE_README.format(wheel=wheel))
@@ -269,14 +272,10 @@ def otter_assign(out: Path = ROOT / "dist" / "otter", bonus_policy: str = DEFAUL
     """Write the kit's wheel, the requirements and the master notebook, and run `otter assign`:
     out/result/{student,autograder}, the autograder zip self-contained (see otter_requirements)."""
     import subprocess
-    import sys
 
-    from .build import kit_wheel
+    from .build import fresh, kit_wheel
 
-    out = Path(out).resolve()  # otter assign runs in `out`: relative paths would point inside it twice
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("attention_kit-*.whl"):
-        old.unlink()
+    out = fresh(out)  # absolute (otter assign runs in `out`), and empty: nothing of the last build is left
     wheel = kit_wheel(out).name
     (out / OTTER_REQUIREMENTS).write_text(otter_requirements(wheel))
     master = out / "attention.ipynb"
@@ -298,10 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         q.add_argument("--bonus", choices=BONUS_POLICIES, default=DEFAULT_BONUS_POLICY,
                        help="the bonus stages apart from the notebook's total, or counted in it (default: %(default)s)")
     args = p.parse_args(argv)
-    if args.cmd == "otter":
-        print(f"wrote the otter-grader assignment to {otter_assign(Path(args.out), args.bonus)}")
-    else:
-        print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out), args.bonus)}")
+    from .build import NotABuild
+
+    try:
+        if args.cmd == "otter":
+            print(f"wrote the otter-grader assignment to {otter_assign(Path(args.out), args.bonus)}")
+        else:
+            print(f"wrote the nbgrader course directory {nbgrader_course(Path(args.out), args.bonus)}")
+    except NotABuild as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def entries(folder: Path) -> list[Path]:
-    """The batch's submissions: its folders and zips, and the files handed in as one that cannot be graded (a
-    loose .py, a .tar.gz), each a row that says why. Hidden entries and files of other kinds (Gradescope's
-    submission_metadata.yml, a roster) are not submissions (`others`)."""
+    """The batch's submissions: its folders, zips and notebooks (a notebook edition's .ipynb), and the files handed
+    in as one that cannot be graded (a loose .py, a .tar.gz), each a row that says why. Hidden entries and files of
+    other kinds (Gradescope's submission_metadata.yml, a roster) are not submissions (`others`)."""
     return sorted(p for p in folder.iterdir() if not p.name.startswith(".")
-                  and (p.is_dir() or p.suffix in (".zip", ".py") or p.suffix.lower() in ARCHIVES))
+                  and (p.is_dir() or p.suffix in (".zip", ".py", ".ipynb") or p.suffix.lower() in ARCHIVES))
 
 
 def others(folder: Path) -> list[str]:

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 MAX_FILE_BYTES = 2 * 2**20  # one stage module; far above any real one
+MAX_NOTEBOOK_BYTES = 16 * 2**20  # a notebook edition handed in, outputs and all; its modules are capped one by one
 
 
 class UnusableFile(Exception):
