@@ -75,7 +75,7 @@ SIMULATIONS = {
 def linux_scores(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("linux")
     hostile = variant(tmp, HOSTILE)
-    return grade_cli(SOLUTIONS, None, tmp)[0], grade_cli(hostile, HOSTILE_STAGES, tmp)[0]
+    return grade_cli(SOLUTIONS, None, tmp, timeout="10")[0], grade_cli(hostile, HOSTILE_STAGES, tmp)[0]
 
 
 @pytest.mark.parametrize("name", sorted(SIMULATIONS))
@@ -84,7 +84,7 @@ def test_platform_gap_costs_nothing(name, tmp_path, linux_scores):
     if prefix[0] == "unshare" and not _unshare_works():
         pytest.skip("needs root and a private mount namespace (unshare -m) to hide /proc")
     env = {**os.environ, **(extra_env or {})}
-    solutions, printed = grade_cli(SOLUTIONS, None, tmp_path, prefix, env)
+    solutions, printed = grade_cli(SOLUTIONS, None, tmp_path, prefix, env, timeout="10")
     assert solutions == linux_scores[0] and sum(solutions.values()) == CORE_POINTS + BONUS_POINTS, solutions
     if note:
         assert note in printed, printed  # the report says once what is off
