@@ -114,6 +114,7 @@ def test_fused_memory_is_measured_without_proc(tmp_path):
     assert "raised peak memory by" in p.stdout
 
 
+@pytest.mark.serial  # a new interpreter (torch loaded anew) per child, a few dozen a grade: alone, not beside others
 def test_no_fork_regrade_and_watch(tmp_path):
     """Where fork is missing (or unsafe, as on macOS) regrade and watch start new interpreters instead."""
     env = sitecustomize(tmp_path)
@@ -135,7 +136,7 @@ def test_no_fork_regrade_and_watch(tmp_path):
     shutil.copytree(SOLUTIONS, sub)
     w = Watching(sub, "--timeout", "3", env=env)
     try:
-        assert w.wait_for("Next step: every stage passes", timeout=180), w.text
+        assert w.wait_for("Next step: every stage passes", timeout=600), w.text
         assert "start a new interpreter per child" in w.text
         w.clear()
         (sub / "scaling.py").write_text((sub / "scaling.py").read_text().replace(
