@@ -19,7 +19,9 @@ class CausalSelfAttention(nn.Module):
     output rows are q, then k, then v, and `out` = nn.Linear(C, C, bias=False). Buffers (a causal
     mask, say) and submodules without parameters (Dropout) are fine. fused=True computes the
     attention with `fused_attention`. With fused=True too, fed through a cache in pieces, the outputs
-    equal the full forward's. The checks run at most 1,024 positions through it.
+    equal the full forward's. The checks run at most 1,024 positions through it, but for the fused
+    path's memory check: one fused=True forward of up to 8,192 positions, where a mask buffer of
+    1,024 that only the unfused path reads is never touched.
     """
 
     def __init__(self, d_model: int, n_heads: int, fused: bool = False) -> None:
