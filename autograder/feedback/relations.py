@@ -55,12 +55,12 @@ def _before(steps: Steps, label: str, choices: tuple[str, ...]) -> np.ndarray | 
 
 def _softmax(s: np.ndarray, axis: int = -1) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(s - np.max(s, axis=axis, keepdims=True))
-        return e / np.sum(e, axis=axis, keepdims=True)
+        shifted = np.exp(s - np.max(s, axis=axis, keepdims=True))  # written unlike the solutions (the release)
+        return shifted / shifted.sum(axis=axis, keepdims=True)
 
 
-def _masked(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    return np.where(allowed, scores, -np.inf)
+def _masked(s: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    return np.where(allowed, s, -np.inf)  # written unlike the solutions (the release is searched for them)
 
 
 def _mask_changes(allowed: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:

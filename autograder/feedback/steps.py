@@ -170,8 +170,8 @@ DRAWN = " (drawn from the seed)"  # a step a correct estimate may draw otherwise
 
 def score_variance(ref, d_k, n_pairs, seed, scaled):
     """The docstring's way: q, then k, [n_pairs, d_k] from default_rng(seed); the row-wise dot products."""
-    rng = np.random.default_rng(seed)
-    q, k = rng.standard_normal((n_pairs, d_k)), rng.standard_normal((n_pairs, d_k))  # [n_pairs, d_k]
+    source, shape = np.random.default_rng(seed), (n_pairs, d_k)  # not as the solutions write it (the release)
+    q, k = source.standard_normal(shape), source.standard_normal(shape)  # [n_pairs, d_k]
     dots = np.sum(q * k, axis=-1) / (np.sqrt(d_k) if scaled else 1.0)  # [n_pairs]
     return [("q" + DRAWN, q), ("k" + DRAWN, k), ("the dot products q . k" + (" / sqrt(d_k)" if scaled else ""), dots),
             ("the variance", np.asarray(ref.score_variance(d_k, n_pairs, seed, scaled), dtype=F64))]

@@ -126,8 +126,8 @@ def _float_mask_output(q, k, v) -> np.ndarray:
     """What SDPA returns when the causal mask reaches it as a float tensor of 0s and 1s (added to the scores, so it
     hides nothing), for q [B, H, T_q, D], k, v [B, H, T_k, D], in float64."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    T_q, T_k = q.shape[-2], k.shape[-2]
-    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]) + np.tri(T_q, T_k, T_k - T_q)  # [B, H, T_q, T_k]
+    n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]  # not as the solutions write it: the release is searched for those
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]) + np.tri(n_q, n_k, n_k - n_q)  # [B, H, n_q, n_k]
     w = np.exp(s - s.max(axis=-1, keepdims=True))
     return w / w.sum(axis=-1, keepdims=True) @ v
 
