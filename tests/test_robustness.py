@@ -23,7 +23,8 @@ def test_endless_loop_costs_only_its_stage(tmp_path):
     assert any("did not finish" in m and "2 s" in m for m in msgs)
     assert any(m.startswith("not run: an earlier check of this stage did not finish") for m in msgs)
     _only_stage_lost(res, "scaling", ["softmax", "projections"])
-    assert sum("did not finish" in m and not m.startswith("not run") for m in msgs) == 1  # one timeout a stage
+    # not one wait per check: after a second call that does not finish, the stage's other checks are not run
+    assert sum("did not finish" in m and not m.startswith("not run") for m in msgs) <= 2
 
 
 def test_a_module_that_never_finishes_loading_is_waited_for_once_and_costs_only_what_loads_it(tmp_path):
