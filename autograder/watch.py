@@ -13,6 +13,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from .stages import DEPENDANTS, STAGES
@@ -150,6 +151,29 @@ class Session:
         self.server.close()
 
 
+# File events can be missed: a save in the moment the listener starts, a folder where the system sends none (some
+# network or container mounts). So every LOOK_EVERY_S the folder's .py files (size, modification time) are compared
+# with what the running grade read: a difference that two looks in a row see and no event announced is a save.
+LOOK_EVERY_S = 1.0
+
+
+def py_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """{name: (size, modification time in ns)} of the folder's top-level .py files (one listing, no file read)."""
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.name.endswith(".py"):
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue
+                    found[e.name] = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        pass
+    return found
+
+
 STOP_SIGNALS = ("SIGINT", "SIGHUP", "SIGTERM")
 
 
@@ -223,6 +247,10 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
     folder = Path(folder).resolve()
     parent = os.getppid()
     ends_with_terminal()  # before the fork server starts: a SIGHUP while it starts also ends it cleanly
+    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+        import faulthandler  # for a maintainer: `kill -USR1 PID` writes every thread's stack to stderr, watch goes on
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     events: queue.Queue = queue.Queue()
     stop = threading.Event()
     session: Session | None = None
@@ -242,15 +270,22 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
         threading.Thread(target=listen, daemon=True).start()
         while True:
             session.cancel.clear()
+            graded = py_files(folder)  # what this run reads, as far as the folder's listing tells
             grading = threading.Thread(target=session.run, args=(changed,), daemon=True)
             grading.start()
-            changed = None
+            changed, unsaid, next_look = None, None, time.monotonic() + LOOK_EVERY_S
             while changed is None:
                 try:
                     changed = events.get(timeout=0.1)
                 except queue.Empty:
                     if os.getppid() != parent or hung_up(terminal):  # the parent is gone, or the terminal is
                         raise KeyboardInterrupt from None
+                    if time.monotonic() >= next_look:  # a save no event announced (see LOOK_EVERY_S)
+                        next_look = time.monotonic() + LOOK_EVERY_S
+                        now = py_files(folder)
+                        if now != graded and now == unsaid:  # the same difference, two looks in a row
+                            changed = {n for n in now.keys() | graded.keys() if now.get(n) != graded.get(n)}
+                        unsaid = now if now != graded else None
                     continue
                 while not events.empty():
                     changed |= events.get()
@@ -265,6 +300,9 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
         session.stop_grading()
         if grading is not None:  # its retired workers fail at once; it removes what it started as it ends
             grading.join(timeout=30)
+        from .sandbox.runner import end_every_child
+
+        end_every_child()  # what a grade still ending (a busy machine) or its measuring threads left
         session.close()
     try:
         out.write("\nstopped watching.\n")

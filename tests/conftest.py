@@ -142,11 +142,15 @@ def stubs_result():
 class Watching:
     """`python -m autograder watch` on a folder, its output collected as it comes (`text`), stopped with Ctrl-C."""
 
-    def __init__(self, folder: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, folder: Path, *args: str, env: dict | None = None, before: str = "") -> None:
+        """`before`: Python run in the watcher's process before it starts (to take one of its parts away)."""
         import subprocess
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder", "watch", "--submission", str(folder), *args],
+        argv = ["autograder", "watch", "--submission", str(folder), *args]
+        run = ["-c", f"{before}\nimport runpy, sys\nsys.argv = {argv!r}\nrunpy.run_module('autograder', run_name='__main__')"] \
+            if before else ["-m", *argv]
+        self.proc = subprocess.Popen([sys.executable, *run],
                                      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.seen: list[str] = []
         threading.Thread(target=lambda: self.seen.extend(iter(lambda: self.proc.stdout.read(1), "")),

@@ -138,3 +138,60 @@ def test_odd_return_values(tmp_path):
     assert any("not an array or number" in m for m in dp), dp
     assert res.stages["projections"].score < res.stages["projections"].max_score
     assert ROOT.exists()
+
+
+BURN = '''
+
+def burn(n):
+    a = np.ones((200, 200)) / 200.0
+    for _ in range(n):
+        a = a @ a
+    return float(a[0, 0])
+'''
+
+
+@pytest.mark.serial  # it shares one CPU with spinning processes: other tests beside it would only add noise
+def test_a_call_kept_waiting_for_a_cpu_is_not_timed_out_for_it(tmp_path, monkeypatch):
+    """Found by CI: under four test workers on two cores a solution's 0.3 s score_variance call waited out its
+    10 s limit and lost the point. A call's limit counts the time its child ran, not the time it stood ready
+    while the machine ran others (per_call.queue_wait_s): pinned to one CPU beside three spinning processes, a
+    call that needs a third of its limit still answers, and is timed out when nothing is lent."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from autograder.outcomes import StudentTimeout
+    from autograder.sandbox import runner
+    from autograder.sandbox.per_call import worker_pid
+
+    if not os.path.exists("/proc/self/schedstat") or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs Linux's /proc schedstat (elsewhere the limit is wall-clock time alone)")
+    sub = variant(tmp_path, {})
+    (sub / "softmax.py").write_text((sub / "softmax.py").read_text() + BURN)
+    w = runner.Worker(sub, timeout=60)
+    spinners = []
+    try:
+        w.call("softmax:burn", 1)  # the child is ready: its first call's one-time work is behind it
+        n, took = 8, 0.0
+        while took < 0.3:  # as much work as takes 0.3 s here with a CPU to itself
+            n *= 2
+            t0 = time.monotonic()
+            w.call("softmax:burn", n)
+            took = time.monotonic() - t0
+        os.sched_setaffinity(worker_pid(w.child.pid), {0})
+        # each in a session of its own, as the child is: the scheduler shares a CPU between sessions first
+        spinners = [subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"],
+                                     start_new_session=True) for _ in range(3)]
+        time.sleep(0.5)
+        monkeypatch.setattr(runner, "CPU_WAIT_FACTOR", 50)  # how much may be lent is not what this test is about
+        w.call("softmax:burn", n, timeout=3 * took)  # about 4 x took with a quarter of a CPU
+        assert w.lent_s > 0, "the call should have needed the time it waited for a CPU"
+        monkeypatch.setattr(runner, "CPU_WAIT_FACTOR", 0)  # nothing lent: the same call runs past its limit
+        with pytest.raises(StudentTimeout, match="no answer within"):
+            w.call("softmax:burn", n, timeout=3 * took)
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+        w.close()

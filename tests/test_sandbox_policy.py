@@ -762,3 +762,34 @@ def test_softmax_borrowing_torch_only_after_its_process_first_call_loses_the_lib
         assert lost == ["no_library_softmax"], (name, lost)
         scores[name] = stage.score
     assert scores["forger"] <= scores["honest"] == 11, scores
+
+
+def test_a_venv_reached_through_a_link_from_a_private_folder_runs_its_children_from_where_it_lies(tmp_path, monkeypatch):
+    """Found by CI: a copy of the checkout in pytest's private temp folder shares the .venv by a link, and
+    `make regrade` there refused to start (the sandbox's uids cannot pass /tmp/pytest-of-root). A child's
+    interpreter is named through the folders the link points to, so the separate uid stays on, and the child,
+    started so, still finds the venv's packages."""
+    import sys
+
+    import numpy as np
+
+    from autograder.sandbox import launchers
+    from autograder.sandbox.runner import Worker
+
+    private = tmp_path / "private"
+    (private / "repo").mkdir(parents=True)
+    private.chmod(0o700)
+    (private / "repo" / ".venv").symlink_to(ROOT / ".venv")
+    monkeypatch.setattr(sys, "executable", str(private / "repo" / ".venv" / "bin" / "python"))
+    launchers._interpreter_shared.cache_clear()
+    try:
+        assert launchers.child_executable() == str((ROOT / ".venv" / "bin").resolve() / "python")
+        if os.geteuid() == 0 and os.access(ROOT, os.X_OK) and launchers._others_can_use(ROOT / ".venv" / "bin" / "python"):
+            assert launchers.separate_user_possible()
+        w = Worker(SOLUTIONS)
+        try:
+            assert np.allclose(w.call("softmax:softmax", np.zeros((1, 2))), 0.5)
+        finally:
+            w.close()
+    finally:
+        launchers._interpreter_shared.cache_clear()

@@ -139,9 +139,15 @@ def hang_a_grade(sub: Path, tmp: Path, root: int, output) -> None:
     """After the first screen: a save whose import hangs, and a wait until the child is in it."""
     assert wait_until(lambda: "Next step" in output()), output()[-2000:]
     (sub / "softmax.py").write_text(HANG + (sub / "softmax.py").read_text())
-    # the grade is in flight: its scratch folders exist, and so does a child of the fork server
-    assert wait_until(lambda: any(tmp.glob("attn-grade-*")) and forked_children(root)), \
-        (output()[-2000:], list(tmp.iterdir()))
+    # the grade is in flight (a second after it began, its screen says so; a measuring child of the first grade
+    # may still be ending before that): its scratch folders exist, and so does a child of the fork server
+    assert wait_until(lambda: "grading ..." in output()), output()[-2000:]
+    if not wait_until(lambda: any(tmp.glob("attn-grade-*")) and forked_children(root)):
+        watcher = [p for p, args in tree(root).items() if " -m autograder watch " in args]
+        for pid in watcher:  # where its threads wait: the stacks reach its output (see autograder/watch.py)
+            os.kill(pid, signal.SIGUSR1)
+        time.sleep(2)
+        raise AssertionError((output()[-6000:], list(tmp.iterdir())))
 
 
 def forked_children(root: int) -> list[int]:

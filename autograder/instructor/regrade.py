@@ -25,7 +25,8 @@ from ..grade import grade
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, results_json
 from ..report.html import render
 from ..sandbox import namespaces
-from ..sandbox.launchers import ForkServer, SubprocessLauncher, fork_is_safe, separate_user_possible, warm_launcher
+from ..sandbox.launchers import (ForkServer, SubprocessLauncher, child_executable, fork_is_safe, separate_user_possible,
+                                 warm_launcher)
 from ..sandbox.submission import ARCHIVES, NotASubmission, discard, show, survey
 from ..stages import STAGES, SUBMISSION_FILES
 from .gradescope import derive_seed
@@ -157,10 +158,10 @@ def why_no_separate_uid() -> tuple[str, str] | None:
     import importlib.util
 
     numpy = importlib.util.find_spec("numpy")
-    paths = [Path(sys.executable)] + ([Path(numpy.origin)] if numpy and numpy.origin else [])
+    paths = [Path(child_executable())] + ([Path(numpy.origin).resolve()] if numpy and numpy.origin else [])
     private = next((f for f in map(_private_folder, paths) if f is not None), None)
     where = f"{private} is closed to other users" if private else "other users cannot run it"
-    return (f"this interpreter ({sys.executable}) or its numpy lies where the sandbox's uids cannot reach it: "
+    return (f"this interpreter ({child_executable()}) or its numpy lies where the sandbox's uids cannot reach it: "
             f"{where} (a pyenv or a checkout under /root, say)",
             "make the kit's venv, in a folder others can enter, from a Python they can run "
             "(rm -rf .venv && make setup PYTHON=/usr/bin/python3)")

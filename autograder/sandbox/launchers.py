@@ -78,7 +78,16 @@ def _interpreter_shared() -> bool:
     import importlib.util
 
     numpy = importlib.util.find_spec("numpy")  # found, not imported: the children start before numpy loads here
-    return _others_can_use(Path(sys.executable)) and numpy is not None and _others_can_use(Path(numpy.origin))
+    return (_others_can_use(Path(child_executable())) and numpy is not None
+            and _others_can_use(Path(numpy.origin).resolve()))
+
+
+def child_executable() -> str:
+    """The interpreter a child runs: this one, named through the folders it really lies in (a venv reached by a
+    link from a private folder, a checkout's copy sharing its .venv, is run from where the link points; the
+    file itself stays the venv's, so the child still finds the venv's packages)."""
+    path = os.path.abspath(sys.executable)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
 def contained() -> bool:
@@ -182,7 +191,7 @@ def interpreter() -> list[str]:
     """How a child's interpreter starts: this one, isolated (no user site, no PYTHON* variables, no
     bytecode written), with this process's -W options (a test under -W error holds the children to it). Named
     without `..` (found by a stranger TA: `../../.venv/bin/python` names folders a namespaced child cannot see)."""
-    return [os.path.abspath(sys.executable), "-I", "-B", *(f"-W{w}" for w in sys.warnoptions)]
+    return [child_executable(), "-I", "-B", *(f"-W{w}" for w in sys.warnoptions)]
 
 
 def fork_is_safe() -> bool:

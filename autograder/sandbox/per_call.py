@@ -60,6 +60,17 @@ def _cpu_s(pid: int) -> float | None:
     return max(ticks, run_ns / 1e9)
 
 
+def queue_wait_s(pid: int) -> float | None:
+    """How long the process's main thread has so far waited for a CPU while ready to run (the second field of
+    /proc/PID/schedstat, nanoseconds): time the machine gave to others, never time the code spent sleeping or
+    computing. None without /proc."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     try:

@@ -13,7 +13,9 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,10 @@ def scratch_cap_bytes() -> int:
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
 BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
+# A call's limit counts the time its child ran, slept or read, not the time it stood ready while the machine ran
+# others (a busy grading machine, a batch's other submissions): that wait is added to the limit, up to this many
+# times the limit again. Where /proc is missing (macOS) the limit is wall-clock time alone.
+CPU_WAIT_FACTOR = 3
 SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
            signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
            signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
@@ -91,6 +97,24 @@ def protections(limits: Limits | None = None) -> list[str]:
 RETIRED_MESSAGE = "grading stopped: this worker was retired (the grade was cancelled)"
 LINGER_S = 15.0  # how long a measuring child may take to end once its one call is answered (an exit takes < 1 s)
 
+_STARTED: "weakref.WeakSet[Worker]" = weakref.WeakSet()  # every worker whose scratch folder may still exist
+_STARTING = threading.Lock()
+_ENDED = threading.Event()
+
+
+def end_every_child() -> None:
+    """Leaving the process (watch stopped by its terminal): end every child still running and remove every scratch
+    folder this process made, whichever thread owns it and however far its grade got; no worker starts after.
+    A grading thread that is still closing its own worker finds the work done (close and rmtree are idempotent)."""
+    with _STARTING:
+        _ENDED.set()
+        workers = list(_STARTED)
+    for w in workers:
+        w.stop()
+    for w in workers:
+        if getattr(w, "scratch", None) is not None:
+            shutil.rmtree(w.scratch, ignore_errors=True)
+
 
 class Worker:
     """One child process holding the student's package, started lazily, restarted after a crash.
@@ -123,12 +147,15 @@ class Worker:
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
         self.package_from: Path | None = None  # a folder with this submission's files to link them from (see place)
         self.hung: dict[str, int] = {}  # files whose body never finished loading: {file: line}, shared by a grade's workers
+        self.lent_s = 0.0  # what the last call's limit was lengthened by: the time its child waited for a CPU
 
     # -- life cycle -------------------------------------------------------
     def start(self) -> None:
-        if self.retired:
-            raise BudgetSpent(RETIRED_MESSAGE)
-        self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-", dir=getattr(self.launcher, "scratch_root", None)))
+        with _STARTING:
+            if self.retired or _ENDED.is_set():
+                raise BudgetSpent(RETIRED_MESSAGE)
+            self.scratch = Path(tempfile.mkdtemp(prefix="attn-grade-", dir=getattr(self.launcher, "scratch_root", None)))
+            _STARTED.add(self)
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
         snap = current(self.submission) or take(self.submission)  # the bytes the whole grade sees
@@ -157,6 +184,7 @@ class Worker:
         if self.uid is not None:  # its folder, for what it writes there (the submission's files stay the grader's)
             os.chown(self.scratch, self.uid, self.uid)
         self._buf, self._ready, self._vetted, self._next_id, self._sealed = bytearray(), False, False, 0, False
+        self._worker_pid: int | None = None  # the process running the child's code, once it has said it is ready
         # when _read_line first asks whether a forked child that has not opened its FIFO yet lives (one that opens it
         # in its first quarter second, nearly all, costs the shared server no question)
         self._next_alive_check = time.monotonic() + 0.25
@@ -490,7 +518,7 @@ class Worker:
         try:
             if not self._ready:  # the child's first line says it has loaded
                 try:
-                    first = self._read_line(limit)
+                    first = self._read_line(limit, lend=not capped)
                 except StudentCrash as e:  # it ended before loading any of the submission: the environment's fault
                     raise GraderEnvironment(environment_fault(str(e))) from None
                 hello = wire.loads(first)
@@ -499,7 +527,7 @@ class Worker:
                 self._ready, self._sealed = True, hello.get("sealed") is True
                 start_cpu = hello.get("cpu_s")
                 self._start_cpu = float(start_cpu) if isinstance(start_cpu, (int, float)) else None
-            line = self._read_line(limit)
+            line = self._read_line(limit, lend=not capped)
             self._check_scratch()  # a call that answered fast may have written its files all the same
         except StudentTimeout:
             if capped:
@@ -517,11 +545,22 @@ class Worker:
         self.trace = trace if isinstance(trace, list) else None
         return reply["value"]
 
-    def _read_line(self, timeout: float) -> bytes:
+    def _read_line(self, timeout: float, lend: bool = True) -> bytes:
+        """The child's next line, within `timeout` s plus (with `lend`) the time it waited for a CPU meanwhile
+        (CPU_WAIT_FACTOR): a starved child is not an endless loop."""
         deadline = time.monotonic() + timeout
+        waited0 = self._queue_wait() if lend else None
+        self.lent_s = 0.0
         pending = b"\n" not in self._buf
         while pending:
             left = deadline - time.monotonic()
+            if left <= 0 and waited0 is not None:
+                waited = self._queue_wait()
+                owed = 0.0 if waited is None else min(waited - waited0, CPU_WAIT_FACTOR * timeout) - self.lent_s
+                if owed > 0.01:
+                    deadline += owed
+                    self.lent_s += owed
+                    continue
             if left <= 0:
                 frames = self.hang_frames()
                 site = frames[0] if frames else None
@@ -531,7 +570,8 @@ class Worker:
                     self.hung.setdefault(loading[0], loading[1])
                 self.close()
                 at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
-                raise StudentTimeout(f"no answer within {timeout:g} s (an endless loop, or far too slow){at}",
+                lent = f", besides {self.lent_s:.1f} s it waited for a CPU" if self.lent_s >= 0.1 else ""
+                raise StudentTimeout(f"no answer within {timeout:g} s{lent} (an endless loop, or far too slow){at}",
                                      where=site, loading=loading[0] if loading else None)
             self._check_scratch()
             ready, _, _ = select.select([self.child.results], [], [], min(left, SCRATCH_EVERY_S))
@@ -563,6 +603,17 @@ class Worker:
         line, _, rest = self._buf.partition(b"\n")
         self._buf = bytearray(rest)
         return bytes(line)
+
+    def _queue_wait(self) -> float | None:
+        """The seconds the child's main thread has waited for a CPU so far (per_call.queue_wait_s), or None."""
+        from .per_call import queue_wait_s, worker_pid
+
+        if self.child is None:
+            return None
+        pid = self._worker_pid or worker_pid(self.child.pid)
+        if self._ready:  # its launcher's chain (unshare, new_root.py) is complete only once the child has loaded
+            self._worker_pid = pid
+        return None if pid is None else queue_wait_s(pid)
 
     def _check_scratch(self) -> None:
         """End the child if what it wrote in its own folder passes scratch_cap_bytes() or SCRATCH_CAP_ENTRIES (found
