@@ -168,6 +168,12 @@ The wheel holds the hidden checks and the reference: it is for grading, never fo
 install the student repo's grader instead (`make release` writes it; from that folder,
 `pip install .`), whose public checks answer from recorded fixtures. Each test cell grades its stage
 once: in the students' copy on the public checks, at autograding with the hidden checks too.
+
+`nbgrader autograde` warns "Attribute 'checksum' for cell test_<stage> has changed!" once for each test
+cell, in every notebook: nbgrader records a test cell's checksum before it removes the hidden checks from
+the students' copy, then compares it with the copy's (a known nbgrader bug, jupyter/nbgrader#1961). It
+grades with the recorded cell, hidden checks included, so that warning changes nothing; the same warning
+for any other cell means a student edited a cell they should not have.
 """
 
 
