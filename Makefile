@@ -43,8 +43,8 @@ readme: $(VENV)/.dev  ## README.md's generated parts: the stage table, the catal
 WORKERS ?= 4
 PYTEST   = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 test: $(VENV)/.instructor lint  ## every test: the parallel part on $(WORKERS) workers, then the serial ones
-	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not serial and not sweep" tests
-	$(PYTEST) -m "serial and not sweep" tests || test $$? -eq 5  # 5: no test marked serial
+	$(PYTEST) -n $(WORKERS) --dist worksteal --durations=40 -m "not serial and not sweep" tests
+	$(PYTEST) --durations=10 -m "serial and not sweep" tests || test $$? -eq 5  # 5: no test marked serial
 
 test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (CONTRIBUTING.md)
 	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not slow and not serial and not sweep" tests
