@@ -1,8 +1,8 @@
 """Comparisons that fail with a message saying what, where and by how much."""
 import numpy as np
 
-from .feedback.diagnosis import diagnose
-from .feedback.inference import infer
+from .evidence.diagnosis import diagnose
+from .evidence.inference import infer
 from .outcomes import Fail
 
 RTOL, ATOL = 1e-4, 1e-5  # fp32 tolerance used by every reference check unless it says otherwise

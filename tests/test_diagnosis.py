@@ -5,8 +5,8 @@ Each submission is a copy of the solutions with one change (conftest.variant).
 import pytest
 from conftest import MUTANTS, grade, variant
 
+from autograder.evidence.inference import INFERRED_IDS
 from autograder.feedback.advice import diagnosis_text
-from autograder.feedback.inference import INFERRED_IDS
 from autograder.report.terminal import terminal
 from autograder.stages import CATALOGUE, STAGES
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import grade, variant
 
+from autograder.evidence.inference import INFERRED_IDS
 from autograder.feedback.advice import next_step
-from autograder.feedback.inference import INFERRED_IDS
 from autograder.report.terminal import terminal
 
 NP = ["softmax", "scaling", "masking"]
@@ -169,7 +169,7 @@ def test_missing_projection_is_read_off_the_output():
     """The module's output times out.weight^T's inverse is the merged heads: inferred-no-output-projection (the
     catalogue already holds the module that leaves `out` out, so the reading is shown on the arrays)."""
     from attn_ref import api as ref
-    from autograder.feedback import probes as L
+    from autograder.evidence import probes as L
 
     want = ref.module_forward(L.XB, L.WQKV, L.WOUT, 2)
     merged = np.asarray(want, dtype=np.float64) @ np.linalg.inv(L.WOUT.T.astype(np.float64))

@@ -125,7 +125,7 @@ TOY_STAGE = f'''"""A toy stage, added by the structure test: doubling an array."
 import numpy as np
 
 from ..compare import check_close
-from ..feedback.probes import same_array
+from ..evidence.probes import same_array
 from ..records import Edit, Function, Mistake, Probe, Stage
 
 X = np.arange(6.0).reshape(2, 3)
@@ -181,7 +181,7 @@ TOY_CORE_STAGE = f'''"""A toy core stage, added by the structure test: halving a
 import numpy as np
 
 from ..compare import check_close, check_printed
-from ..feedback.probes import same_array
+from ..evidence.probes import same_array
 from ..records import WORKED_RULE, Edit, Function, Mistake, Probe, Stage
 
 X = np.arange(4.0)

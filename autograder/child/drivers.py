@@ -98,7 +98,7 @@ def kv_cache_allocation(batch, n_heads, max_len, d_head, dtype="float32", *, pkg
 
 def kv_cache_probe(batch, n_heads, max_len, d_head, chunks, refill, *, pkg):
     """Append the parent's chunks [(k_new, v_new), ...] through `append` alone and send back what it
-    returned, with `length` after each: the parent judges them (feedback/probes.cache_report), since
+    returned, with `length` after each: the parent judges them (evidence/probes.cache_report), since
     nothing here may decide a point. After a ValueError, it tries to fill the cache to max_len from
     `refill` (k, v [B, H, max_len, D]), to see that the failed append left the cache as it was."""
     c = _mod(pkg, "kv_cache").KVCache(batch, n_heads, max_len, d_head)

@@ -1,10 +1,10 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
+from ..evidence.inference import INFERRED_IDS
 from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
-from .inference import INFERRED_IDS
 from .repair import repair_of
 from .sources import def_line, first_stub, rel
 

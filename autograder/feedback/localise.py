@@ -3,7 +3,7 @@
 When a stage fails, its functions (and those of the stages it calls) are called one by one, in stage
 order, on small fixed inputs whose right answers the reference gives (recorded in the fixtures for the
 student repo, see `prime`); each gets correct inputs, never another student function's output, so the
-first one whose own output is wrong holds the mistake. Its structure is read by autograder.feedback.inference
+first one whose own output is wrong holds the mistake. Its structure is read by autograder.evidence.inference
 for a diagnosis, and the pointer is a line inside that function (see `line_in`).
 """
 import ast
@@ -12,17 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..evidence.probes import EXTRA
 from ..outcomes import Fail, StudentAborted, StudentError
 from ..records import Probe
 from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
 from . import relations, steps
-from .probes import EXTRA
 
 
 def probes_of(stage: str) -> tuple[Probe, ...]:
-    """A stage's declared probes, and those the feedback adds where it declares none (feedback/probes.py EXTRA)."""
+    """A stage's declared probes, and those the feedback adds where it declares none (evidence/probes.py EXTRA)."""
     return BY_NAME[stage].probes + EXTRA.get(stage, ())
 
 

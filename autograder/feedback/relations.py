@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .inference import rearranged
+from ..evidence.inference import rearranged
 
 Steps = list[tuple[str, np.ndarray]]
 MASK = "the mask (True = may attend)"

@@ -227,8 +227,8 @@ def troubles(result: dict) -> list[str]:
             line = (message.splitlines()[:1] or [""])[0].strip()
             # the same cause, met by several stages: one line (the time limit and the caller differ by stage)
             line = re.sub(r", in stage \d+ \(\w+\)'s code, called from your .*$", "", line)
-            line = re.sub(r"no answer within [\d.]+ s(, besides [\d.]+ s it waited for a CPU)?", "no answer within the time limit",
-                          line)
+            line = re.sub(r"no answer within [\d.]+ s(, besides [\d.]+ s it waited for a CPU)?",
+                          "no answer within the time limit", line)
             stages = found.setdefault(line[:200], [])
             if data["stage"] not in stages:
                 stages.append(data["stage"])

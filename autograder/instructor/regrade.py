@@ -25,8 +25,14 @@ from ..grade import grade
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, results_json
 from ..report.html import render
 from ..sandbox import namespaces
-from ..sandbox.launchers import (ForkServer, SubprocessLauncher, child_executable, fork_is_safe, separate_user_possible,
-                                 warm_launcher)
+from ..sandbox.launchers import (
+    ForkServer,
+    SubprocessLauncher,
+    child_executable,
+    fork_is_safe,
+    separate_user_possible,
+    warm_launcher,
+)
 from ..sandbox.submission import ARCHIVES, NotASubmission, discard, show, survey
 from ..stages import STAGES, SUBMISSION_FILES
 from .gradescope import derive_seed

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..feedback.inference import INFERRED
+from ..evidence.inference import INFERRED
 from ..stages import BONUS, BONUS_POINTS, CATALOGUE, CORE, CORE_POINTS, SHOWN_ORDER, STAGES, numbers
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import pkgutil
 
+from ..evidence.inference import INFERRED
 from ..records import Check, Function, Mistake, Stage
 from .validate import check_declarations
 
@@ -50,10 +51,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for s in STAGES for f in s.functions
 TARGETS: dict[str, str] = {"warmup": "driver:warmup",
                            **{n: f.target for n, f in FUNCTIONS.items()}}
 CATALOGUE: dict[str, Mistake] = {m.id: dataclasses.replace(m, stage=s.name) for s in STAGES for m in s.mistakes}
-# the inferred diagnoses (autograder/feedback/inference.py) join the catalogue, so every place that names a
+# the inferred diagnoses (autograder/evidence/inference.py) join the catalogue, so every place that names a
 # mistake by id (explanations, reread sections, "Diagnosis <id>: ...") treats them alike; they belong to no stage
-from ..feedback.inference import INFERRED  # noqa: E402
-
 CATALOGUE.update({m.id: m for m in INFERRED})
 HINTS: dict[str, list[str]] = {s.name: list(s.hints) for s in STAGES}
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..compare import check_close
-from ..feedback.diagnosis import diagnosed
+from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import Edit, Function, Mistake, Stage
 

@@ -69,8 +69,8 @@ def describe(g: Growth, name: str = "T") -> str:
     added = ", ".join(mib(max(a, 0)) for a in g.added)
     steps = ", then ".join(f"{x:.1f}x" for x in g.per_doubling())
     return (f"at {name} = {sizes} the call's memory (its inputs and output, plus what it added over the grader's "
-            f"own code beyond {mib(NOISE_BYTES)} MiB of noise: it added {added} MiB) was {mem} MiB: it grew {steps} per doubling of {name} (fitted exponent "
-            f"{g.exponent():.2f})")
+            f"own code beyond {mib(NOISE_BYTES)} MiB of noise: it added {added} MiB) was {mem} MiB: it grew {steps} "
+            f"per doubling of {name} (fitted exponent {g.exponent():.2f})")
 
 
 def verdict(g: Growth, name: str = "T") -> str | None:

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..compare import check_close, variance_stderr
-from ..feedback.probes import K54, Q34, same_array
+from ..evidence.probes import K54, Q34, same_array
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str

@@ -5,8 +5,8 @@ import numpy as np
 
 from ..child import seeded
 from ..compare import check_close
-from ..feedback.diagnosis import diagnosed
-from ..feedback.probes import S34, same_array
+from ..evidence.diagnosis import diagnosed
+from ..evidence.probes import S34, same_array
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes

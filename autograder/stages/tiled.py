@@ -3,7 +3,7 @@ import numpy as np
 
 from ..child import seeded
 from ..compare import check_close
-from ..feedback.diagnosis import diagnosed
+from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from . import common, growth

@@ -1,13 +1,14 @@
 """The inputs and judges of fault localisation's probes (records.Probe), which each stage declares.
 
 Every probe calls one student function on small fixed inputs drawn here; its judge compares the answer
-with the reference's and, when they differ, asks inference (feedback/inference.py) what the difference
-shows. A leaf beside the stages: it imports no stage, so the stage modules can use it.
+with the reference's and, when they differ, asks inference (evidence/inference.py) what the difference
+shows. Below the stages: it imports no stage, so the stage modules can use it.
 """
 from typing import Callable
 
 import numpy as np
 
+from ..records import Probe
 from . import inference
 
 
@@ -221,8 +222,6 @@ def sdpa_call(causal: bool, dropout_p: float, training: bool) -> Callable:
 
 
 def _fused(t_q: int, t_k: int, causal: bool, dropout_p: float = 0.0, training: bool = False):
-    from ..records import Probe
-
     q, k, v = _qkv(t_q, t_k, int(causal) + 2 * int(dropout_p > 0))
     return Probe(name="fused_probe", file="fused.py", function="fused_attention", stage="fused",
                  args=(q, k, v, causal, dropout_p, training),
@@ -244,8 +243,6 @@ def variance_near_theory(d_k: int, n_pairs: int) -> Callable:
 
 
 def _variance(d_k: int, n_pairs: int, seed: int):
-    from ..records import Probe
-
     return Probe(name="score_variance", file="scaling.py", function="score_variance", stage="scaling",
                  args=(d_k, n_pairs, seed, False), expected=lambda r: r.score_variance(d_k, n_pairs, seed, False),
                  judge=variance_near_theory(d_k, n_pairs))

@@ -1,0 +1,88 @@
+"""Issue 43: imports run one way. The layer order is written once, in CONTRIBUTING.md ("Layers"); this test reads
+every import of the grader (at the top of a module or inside a function alike) and fails on one that runs up a
+layer, unless it is one of the few still listed in RUNNING_UP, each of which must still exist (a fixed one is
+struck from the list, so the list only shrinks)."""
+import ast
+import re
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "autograder"
+GUIDE = ROOT / "CONTRIBUTING.md"
+# imports that still run up a layer, found when this test was written: (from, to, where) -> why it is left
+RUNNING_UP = {
+    ("sandbox", "stages", "sandbox/submission.py"): "the submission files are the stages' files",
+    ("sandbox", "stages", "sandbox/runner.py"): "a child's frames and its start are filtered by the stages' files",
+    ("report", "grade", "report/notebook_cells.py"): "a notebook's test cell runs a grade: an entry point in report/",
+}
+
+
+def layers() -> dict[str, int]:
+    """{part: its layer, 0 the lowest} from CONTRIBUTING.md's Layers block: one line per layer, lowest first."""
+    text = GUIDE.read_text()
+    block = re.search(r"## Layers\n.*?```\n(.*?)```", text, re.S)
+    assert block, "CONTRIBUTING.md has no Layers block"
+    order = {}
+    for i, line in enumerate(l for l in block.group(1).splitlines() if l.strip()):
+        for part in line.split("#")[0].split():
+            order[part.strip(",")] = i
+    return order
+
+
+def part_of(module: list[str]) -> str:
+    """`autograder.stages.fused` -> stages; `autograder.grade` -> grade; `autograder` -> autograder."""
+    return module[1] if len(module) > 1 else "autograder"
+
+
+def imports(package=PACKAGE) -> list[tuple[str, str, str]]:
+    """(importing part, imported part, file) for every import of one part of the grader by another."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent)
+        module = list(rel.with_suffix("").parts)
+        here = module[:-1] if module[-1] == "__init__" else module
+        base = module[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.level:
+                up = base[:len(base) - (node.level - 1)]
+                target = up + (node.module.split(".") if node.module else [])
+                targets = [target + [a.name] if not node.module and len(target) == 1 else target for a in node.names]
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                targets = [n.split(".") for n in names if n.split(".")[0] == "autograder"]
+            for t in targets:
+                if len(t) > 1 and not ((package / t[1]).is_dir() or (package / f"{t[1]}.py").exists()):
+                    t = t[:1]  # a name of the package itself (`from .. import KIT_VERSION`)
+                if part_of(t) != part_of(here):
+                    found.append((part_of(here), part_of(t), str(rel.relative_to("autograder"))))
+    return found
+
+
+def test_every_part_has_a_layer():
+    order = layers()
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert parts | {"autograder"} <= set(order), sorted(parts - set(order))
+
+
+def test_no_import_runs_up_a_layer():
+    order = layers()
+    up = {(a, b, f) for a, b, f in imports() if order[b] > order[a]}
+    assert up - set(RUNNING_UP) == set(), sorted(up - set(RUNNING_UP))
+    assert set(RUNNING_UP) - up == set(), f"fixed: strike these from RUNNING_UP {sorted(set(RUNNING_UP) - up)}"
+
+
+def test_the_test_sees_an_import_that_runs_up(tmp_path):
+    """The reading above can fail: a stage importing the feedback inside a function (the circle this issue broke)
+    is seen, and so is `from .. import feedback`."""
+    fake = tmp_path / "autograder"
+    for part in ("stages", "feedback"):
+        (fake / part).mkdir(parents=True)
+        (fake / part / "__init__.py").write_text("")
+    (fake / "stages" / "x.py").write_text("def f():\n    from ..feedback.advice import next_step\n")
+    (fake / "stages" / "y.py").write_text("from .. import feedback\nfrom . import common\n")
+    found = imports(fake)
+    assert {("stages", "feedback", "stages/x.py"), ("stages", "feedback", "stages/y.py")} <= set(found)
+    assert not any(f == "stages/y.py" and b == "stages" for _, b, f in found)
+    assert layers()["feedback"] > layers()["stages"]
