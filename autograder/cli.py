@@ -32,7 +32,7 @@ def _grade(args) -> int:
     path = Path(args.submission)
     guess = path.resolve() if path.is_dir() and any(path.glob("*.py")) else None
     workers = prestart(guess, stages, args.timeout) if guess else {}
-    from .sandbox.submission import survey
+    from .submission import survey
 
     try:
         found = survey(path)
@@ -88,7 +88,7 @@ def required_failures(res, required: list[str]) -> int:
 
 
 def _watch(args) -> int:
-    from .sandbox.submission import locate
+    from .submission import locate
     from .watch import watch
 
     return watch(locate(Path(args.submission)), args.interval, args.timeout, color=use_color())
@@ -96,7 +96,7 @@ def _watch(args) -> int:
 
 def _hint(args) -> int:
     from .feedback.hints import next_hint
-    from .sandbox.submission import locate
+    from .submission import locate
 
     try:
         print(next_hint(locate(Path(args.submission)), args.stage))
@@ -119,7 +119,7 @@ def _worked(args) -> int:
 
 
 def _submit(args) -> int:
-    from .sandbox.submission import make_zip
+    from .submission import make_zip
 
     src = Path(args.submission)
     problems = make_zip(src, Path(args.output))

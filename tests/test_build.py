@@ -16,7 +16,7 @@ import pytest
 from conftest import EXERCISES, ROOT, SOLUTIONS, copy_repo, grade, share_venv, variant
 
 from autograder.instructor.make_exercises import generate, stub_source
-from autograder.sandbox.submission import locate, make_zip
+from autograder.submission import locate, make_zip
 
 pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 
@@ -116,7 +116,7 @@ def test_gpu_check_proof_fails_for_a_hand_written_fused_call(tmp_path):
 
 
 def test_survey_grades_the_shallowest_level_and_names_the_rest(tmp_path):
-    from autograder.sandbox.submission import survey
+    from autograder.submission import survey
 
     up = tmp_path / "up"
     shutil.copytree(SOLUTIONS, up / "exercises")
@@ -131,7 +131,7 @@ def test_survey_grades_the_shallowest_level_and_names_the_rest(tmp_path):
 
 
 def test_a_level_spread_over_folders_is_merged(tmp_path):
-    from autograder.sandbox.submission import survey
+    from autograder.submission import survey
 
     up = tmp_path / "up"
     for name in ("softmax.py", "scaling.py"):

@@ -19,8 +19,8 @@ from autograder.instructor import class_report
 from autograder.instructor.class_report import pseudonym
 from autograder.instructor.regrade import regrade
 from autograder.sandbox.launchers import separate_user_possible
-from autograder.sandbox.submission import make_zip
 from autograder.stages import BY_NAME, CORE_POINTS, SHOWN_ORDER
+from autograder.submission import make_zip
 
 pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` only (CONTRIBUTING.md)
 

@@ -78,7 +78,7 @@ def test_solutions_full_marks_and_format(zip_path, tmp_path):
 
 
 def test_submit_zip_and_exercises_folder_are_found(zip_path, tmp_path):
-    from autograder.sandbox.submission import make_zip
+    from autograder.submission import make_zip
 
     z = tmp_path / "up" / "submission.zip"
     z.parent.mkdir()

@@ -11,8 +11,8 @@ PACKAGE = ROOT / "autograder"
 GUIDE = ROOT / "CONTRIBUTING.md"
 # imports that still run up a layer, found when this test was written: (from, to, where) -> why it is left
 RUNNING_UP = {
-    ("sandbox", "stages", "sandbox/submission.py"): "the submission files are the stages' files",
-    ("sandbox", "stages", "sandbox/runner.py"): "a child's frames and its start are filtered by the stages' files",
+    ("sandbox", "stages", "sandbox/runner.py"): "the Worker vets a child's package and names a hang's frames by the "
+                                                "stages' files, and prestart picks the children the stages need",
     ("report", "grade", "report/notebook_cells.py"): "a notebook's test cell runs a grade: an entry point in report/",
 }
 

@@ -15,8 +15,8 @@ from conftest import EXERCISES, ROOT, SOLUTIONS, grade, variant
 
 from autograder.sandbox.launchers import separate_user_possible
 from autograder.sandbox.safe_files import MAX_NOTEBOOK_BYTES
-from autograder.sandbox.submission import NotASubmission, discard, survey, writefile_cell
 from autograder.stages import CORE_POINTS, STAGES, SUBMISSION_FILES
+from autograder.submission import NotASubmission, discard, survey, writefile_cell
 
 TRUST = not separate_user_possible()  # as tests/test_regrade.py: root with a shared interpreter is the default
 MASK_TOP_LEFT = {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]}

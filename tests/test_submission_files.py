@@ -16,8 +16,8 @@ from conftest import ROOT, SOLUTIONS, grade, variant
 from autograder.instructor.build import autograder_zip, gradescope_local
 from autograder.instructor.regrade import regrade
 from autograder.sandbox.launchers import separate_user_possible
-from autograder.sandbox.submission import make_zip, unzip
 from autograder.stages import CORE_POINTS
+from autograder.submission import make_zip, unzip
 
 TRUST = not separate_user_possible()  # root with a shared interpreter: the default; else the tests vouch for the code
 

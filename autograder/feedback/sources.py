@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 from ..sandbox.safe_files import read_text
-from ..sandbox.submission import SHOWN
 from ..stages import BY_NAME, SUBMISSION_FILES
 from ..stages.validate import defined_at
+from ..submission import SHOWN
 
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 

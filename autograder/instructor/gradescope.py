@@ -23,7 +23,7 @@ def derive_seed(secret: str, submission: Path) -> int:
     """Hidden-check seed from the course secret and the submission's files: reproducible per
     submission, unknowable without the secret."""
     from ..sandbox.safe_files import UnusableFile, read_bytes
-    from ..sandbox.submission import STAGE_FILES
+    from ..submission import STAGE_FILES
 
     h = hashlib.sha256(secret.encode())
     for name in STAGE_FILES:
@@ -61,7 +61,7 @@ def grade_upload(root: Path) -> dict:
     from ..grade import grade
     from ..report.gradescope_json import DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, results_json
     from ..sandbox.runner import close_launchers, prestart
-    from ..sandbox.submission import STAGE_FILES, survey
+    from ..submission import STAGE_FILES, survey
 
     source = root / "source"
     try:

@@ -33,8 +33,8 @@ from ..sandbox.launchers import (
     separate_user_possible,
     warm_launcher,
 )
-from ..sandbox.submission import ARCHIVES, NotASubmission, discard, show, survey
 from ..stages import STAGES, SUBMISSION_FILES
+from ..submission import ARCHIVES, NotASubmission, discard, show, survey
 from .gradescope import derive_seed
 from .staff_text import one_line, write_csv
 

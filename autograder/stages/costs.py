@@ -1,7 +1,7 @@
 """Bonus stage 12: counting scores and KV-cache numbers."""
 
 
-from ..feedback.diagnosis import diagnosed
+from ..evidence.diagnosis import diagnosed
 from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults
 

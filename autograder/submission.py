@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .. import KIT_VERSION
-from ..stages import SUBMISSION_FILES as STAGE_FILES
-from .safe_files import MAX_FILE_BYTES, MAX_NOTEBOOK_BYTES, UnusableFile, problem, read_bytes
+from . import KIT_VERSION
+from .sandbox.safe_files import MAX_FILE_BYTES, MAX_NOTEBOOK_BYTES, UnusableFile, problem, read_bytes
+from .stages import SUBMISSION_FILES as STAGE_FILES
 
 MAX_UNZIPPED = 5 * 2**20
 SKIPPED_FOLDERS = {"__pycache__", "autograder", "attn_ref", "node_modules", "venv"}  # never the student's work
