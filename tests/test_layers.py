@@ -13,7 +13,6 @@ GUIDE = ROOT / "CONTRIBUTING.md"
 RUNNING_UP = {
     ("sandbox", "stages", "sandbox/runner.py"): "the Worker vets a child's package and names a hang's frames by the "
                                                 "stages' files, and prestart picks the children the stages need",
-    ("report", "grade", "report/notebook_cells.py"): "a notebook's test cell runs a grade: an entry point in report/",
 }
 
 

@@ -72,7 +72,7 @@ def test_cells_become_the_files_the_kernel_writes(tmp_path):
              {"cell_type": "markdown", "metadata": {}, "source": "%%writefile submission/scores.py\nstolen = 1\n"},
              {"cell_type": "raw", "metadata": {}, "source": "%%writefile submission/scores.py\nstolen = 2\n"},
              code("%writefile submission/scores.py\nstolen = 3\n"),
-             code("%%writefile ../autograder/report/notebook_cells.py\ngrade_stage = lambda *a, **k: 1.0\n"),
+             code("%%writefile ../autograder/notebook_cells.py\ngrade_stage = lambda *a, **k: 1.0\n"),
              code("%%writefile submission/helpers.py\nx = 1\n")]
     nb = notebook(SOLUTIONS, tmp_path / "attention.ipynb", extra)
     found = survey(nb)
@@ -88,7 +88,7 @@ def test_cells_become_the_files_the_kernel_writes(tmp_path):
         assert found.label == "attention.ipynb"
         notes = " ".join(found.notes)
         assert f"softmax.py is written by cells {cell_of('softmax.py')}, {n + 1}, {n + 2}" in notes
-        assert "../autograder/report/notebook_cells.py" in notes and "submission/helpers.py" in notes
+        assert "../autograder/notebook_cells.py" in notes and "submission/helpers.py" in notes
     finally:
         discard(found)
     assert not found.folder.exists()
@@ -161,7 +161,7 @@ def test_a_notebook_that_patches_the_grader_in_its_kernel_gains_nothing(tmp_path
     """Stubs in the %%writefile cells, and code cells that would make the kernel's own test cells pass (a
     grade_stage that returns full marks, an np.allclose that always agrees, the solutions imported into the
     submission's modules at run time): none of those cells runs, so the stubs score 0."""
-    patches = [code("import autograder.report.notebook_cells as cells\ncells.grade_stage = lambda *a, **k: 1.0\n"
+    patches = [code("import autograder.notebook_cells as cells\ncells.grade_stage = lambda *a, **k: 1.0\n"
                     "cells.check_passed = lambda *a, **k: True"),
                code("import numpy as np\nnp.allclose = lambda *a, **k: True\nnp.testing.assert_allclose = print"),
                code(f"import shutil\nshutil.copytree({str(SOLUTIONS)!r}, 'submission', dirs_exist_ok=True)"),

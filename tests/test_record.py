@@ -18,7 +18,7 @@ from autograder.results import CheckStatus, Failure, StageStatus, Where
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 RENDERER_FILES = [*sorted((GRADER_ROOT / "report").glob("*.py")), GRADER_ROOT / "instructor" / "class_report.py",
-                  GRADER_ROOT / "report" / "notebook_cells.py"]
+                  GRADER_ROOT / "notebook_cells.py"]
 LOOP = ("    weights = softmax(dot_scores(x), axis=-1)",
         "    while True:\n        pass\n    weights = softmax(dot_scores(x), axis=-1)")
 

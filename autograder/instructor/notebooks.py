@@ -5,7 +5,7 @@
 
 One assignment, `attention`, one notebook: per stage (the four bonus stages included) an explanation, solution cells that
 write the stage's module (`%%writefile submission/<file>`) with nbgrader's solution markers, and
-a locked test cell worth the stage's points that calls autograder.report.notebook_cells.grade_stage: public
+a locked test cell worth the stage's points that calls autograder.notebook_cells.grade_stage: public
 checks in the student version, hidden ones between nbgrader's hidden-test markers.
 
 The bonus policy (`BONUS=apart|folded`, as for Gradescope and Classroom) decides what the bonus stages are
@@ -123,7 +123,7 @@ def build_notebook(bonus_policy: str = DEFAULT_BONUS_POLICY, wheel: str = "") ->
                                 "grade_id": f"{s.name}_{f.removesuffix('.py')}"}))
         # one grade per cell: the hidden-test block only switches the hidden checks on, so the student's
         # copy (where nbgrader removed it) grades the public checks, and autograding grades once with both
-        test = (check + "from autograder.report.notebook_cells import grade_stage\n"
+        test = (check + "from autograder.notebook_cells import grade_stage\n"
                 "hidden = False\n"
                 "### BEGIN HIDDEN TESTS\n"
                 "hidden = True\n"
@@ -248,7 +248,7 @@ def otter_master(wheel: str, bonus_policy: str = DEFAULT_BONUS_POLICY) -> dict:
         for c in stage_checks:
             head = "# HIDDEN\n" if c.visibility == "hidden" else ""
             head += kit_check(OTTER_FIX.format(wheel=wheel)) if s == STAGES[0] and c is stage_checks[0] else ""
-            cells.append(_code(f"{head}from autograder.report.notebook_cells import check_passed\n"
+            cells.append(_code(f"{head}from autograder.notebook_cells import check_passed\n"
                                f"check_passed({s.name!r}, {c.name!r})", "True"))
         cells.append(_raw("# END TESTS"))
         cells.append(_raw("# END QUESTION"))

@@ -8,10 +8,10 @@ is the student's, so a notebook can patch this function: see the README's trust 
 import os
 from pathlib import Path
 
-from ..feedback.advice import STATUS_WORD, diagnosis_text
-from ..grade import grade
-from ..results import CheckResult
-from .terminal import terminal
+from .feedback.advice import STATUS_WORD, diagnosis_text
+from .grade import grade
+from .report.terminal import terminal
+from .results import CheckResult
 
 
 def grade_stage(stage: str, folder: str = "submission", public_only: bool = False, hidden: bool | None = None) -> float:
