@@ -31,7 +31,13 @@ def _grade(args) -> int:
     # usual folder holds the stage modules itself: start them there now, before locate() imports the stages.
     path = Path(args.submission)
     guess = path.resolve() if path.is_dir() and any(path.glob("*.py")) else None
-    workers = prestart(guess, stages, args.timeout) if guess else {}
+    if stages is None:  # every stage: both sides, known without importing the stages (that is what overlaps)
+        kinds = ["torch", "numpy"]
+    else:
+        from .stages import child_kinds
+
+        kinds = child_kinds(stages)
+    workers = prestart(guess, kinds, args.timeout) if guess else {}
     from .submission import survey
 
     try:
@@ -43,7 +49,7 @@ def _grade(args) -> int:
         return 2
     if sub != guess:
         close_launchers(workers)
-        workers = prestart(sub, stages, args.timeout)
+        workers = prestart(sub, kinds, args.timeout)
     from .grade import grade
     from .report import RENDERERS
     from .report.terminal import terminal

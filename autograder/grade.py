@@ -400,6 +400,7 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
             Worker(submission, timeout=timeout, reuse_memory=not torch,
                    zygote=zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote)
         worker.deadline, worker.budget_s = t0 + budget_s, budget_s
+        worker.files = frozenset(SUBMISSION_FILES)  # what a child may load: the stages' files (prestart's workers too)
         worker.hung = hung  # a file whose body hung in one child is not loaded again in the other either
         api = StudentAPI(worker)
         try:

@@ -1,7 +1,6 @@
 """Issue 43: imports run one way. The layer order is written once, in CONTRIBUTING.md ("Layers"); this test reads
 every import of the grader (at the top of a module or inside a function alike) and fails on one that runs up a
-layer, unless it is one of the few still listed in RUNNING_UP, each of which must still exist (a fixed one is
-struck from the list, so the list only shrinks)."""
+layer. RUNNING_UP would list one allowed for a while, with why; each listed must still exist, so it only shrinks."""
 import ast
 import re
 
@@ -10,10 +9,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "autograder"
 GUIDE = ROOT / "CONTRIBUTING.md"
 # imports that still run up a layer, found when this test was written: (from, to, where) -> why it is left
-RUNNING_UP = {
-    ("sandbox", "stages", "sandbox/runner.py"): "the Worker vets a child's package and names a hang's frames by the "
-                                                "stages' files, and prestart picks the children the stages need",
-}
+RUNNING_UP: dict = {}  # none left: the last three (sandbox -> stages twice, report -> grade) were removed
 
 
 def layers() -> dict[str, int]:

@@ -232,7 +232,7 @@ def confirm_first(done: dict, located: dict, ctx, submission: Path, public_only:
     """The hook (grade.py): for the first stage that failed on its own, when its parting line was named, try the
     derived edits within `left_s`, the grade's time left. Never raises; never changes a result."""
     from ..results import StageStatus
-    from ..stages import BY_NAME, checks_to_run
+    from ..stages import BY_NAME, SUBMISSION_FILES, checks_to_run
 
     try:
         sr = next((s for s in done.values() if s.status == StageStatus.FAILED), None)
@@ -244,7 +244,7 @@ def confirm_first(done: dict, located: dict, ctx, submission: Path, public_only:
             return  # a check not run says nothing a rerun could confirm
         failing = [c for c in checks_to_run(sr.stage, public_only) if c.id in ids]
         torch = BY_NAME[sr.stage].torch
-        kw = {"timeout": timeout, "reuse_memory": not torch,
+        kw = {"timeout": timeout, "reuse_memory": not torch, "files": SUBMISSION_FILES,
               "zygote": zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote}
         budget = min(REPAIR_BUDGET_S, left_s - 5.0)  # never into the grade's own last seconds
         if budget > 1.0:

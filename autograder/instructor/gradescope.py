@@ -74,7 +74,7 @@ def grade_upload(root: Path) -> dict:
                             "folder, or as the submission.zip that `make submit` writes).")
     # as `make grade` does: the torch side is a fork server that imports torch once, so the grading child and
     # every measuring child are forks of it, not new interpreters each importing torch again
-    workers = prestart(found.folder.resolve(), None, 10.0)
+    workers = prestart(found.folder.resolve(), ["torch", "numpy"], 10.0)
     try:
         res = grade(found.folder, seed=derive_seed(read_setting(source, "course_secret", ""), found.folder),
                     workers=workers)

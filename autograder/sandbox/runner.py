@@ -122,8 +122,11 @@ class Worker:
     Started by a new interpreter, or forked by a ForkServer (batches: torch is already imported there)."""
 
     def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None,
-                 zygote: ForkServer | None = None, reuse_memory: bool = False) -> None:
+                 zygote: ForkServer | None = None, reuse_memory: bool = False, files=None) -> None:
         self.submission = Path(submission)
+        # the file names a child may load, the stages' (the grade sets them: the sandbox knows no stage); None
+        # is every top-level .py file of the submission. Any other file is removed from its package unread.
+        self.files: frozenset[str] | None = None if files is None else frozenset(files)
         self.reuse_memory = reuse_memory  # numpy child: see child/worker.py's reuse_memory
         self.launcher = zygote or SubprocessLauncher()
         self.limits = limits or Limits(timeout_s=timeout, memory_bytes=child_memory(torch=not reuse_memory))
@@ -254,11 +257,15 @@ class Worker:
         self.child = None
 
     def _vet(self) -> None:
-        from ..stages import SUBMISSION_FILES
         from .static_check import vet
 
-        vet(self.scratch / PACKAGE, SUBMISSION_FILES)
+        vet(self.scratch / PACKAGE, sorted(self.files if self.files is not None else self._placed()))
         self._vetted = True
+
+    def _placed(self) -> set[str]:
+        """The .py files in the child's package (where `files` is None: every one the submission has)."""
+        scratch = getattr(self, "scratch", None)
+        return {p.name for p in (scratch / PACKAGE).glob("*.py")} if scratch is not None else set()
 
     def measure_soon(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (),
                      **kwargs: Any) -> None:
@@ -372,7 +379,7 @@ class Worker:
         returned, the child's whole-life peak bytes, its CPU seconds less its start), as in _measure_now."""
         if self.retired:
             raise BudgetSpent("not run: the grade was cancelled")
-        fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher)
+        fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher, files=self.files)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
         fresh.preload_libraries = tuple(loads)
@@ -429,8 +436,7 @@ class Worker:
     def hang_frames(self, wait: float = 1.0) -> list[tuple[str, int, str]]:
         """The submission's frames, innermost first, of the stack a call past its limit left (see hang_site):
         those of the first thread that was running any."""
-        from ..stages import SUBMISSION_FILES
-
+        files = self.files if self.files is not None else self._placed()
         path, deadline = self.scratch / "stack.txt", time.monotonic() + wait
         text = ""
         while True:
@@ -448,7 +454,7 @@ class Worker:
         for block in re.split(r"^(?:Current thread|Thread) ", text, flags=re.M):  # one per thread
             frames = [(Path(m.group(1)).name, int(m.group(2)), m.group(3))  # most recent call first
                       for m in re.finditer(r'File "([^"]+)", line (\d+) in (\S+)', block)
-                      if Path(m.group(1)).parent.name == PACKAGE and Path(m.group(1)).name in SUBMISSION_FILES]
+                      if Path(m.group(1)).parent.name == PACKAGE and Path(m.group(1)).name in files]
             if frames:
                 return frames
         return []
@@ -717,12 +723,14 @@ def environment_fault(crash: str) -> str:
     return f"the child process ended before loading any of the submission ({exe}; {how})"
 
 
-def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict:
+def prestart(submission: Path, kinds: list[str], timeout: float) -> dict:
     """Start the children now, so their interpreters load numpy (and torch) while the grader
     imports its checks: the start-ups overlap instead of adding up. Where forking is safe each side is a fork
     server (inside namespaces where they exist) that imports torch once (numpy alone, for the numpy side): the
     grading child and every fresh child that measures are forks of it, not new interpreters importing again.
-    Close the workers' launchers when the grade is done (close_launchers)."""
+    `kinds`: "torch" and/or "numpy", the sides the grade's stages need (stages.child_kinds), the torch side
+    first: its import is the longest start of a grade. Close the workers' launchers when the grade is done
+    (close_launchers)."""
     from ..child.policy import container_memory
 
     # inside a memory-limited container (Gradescope's 768 MiB) the numpy side keeps a new interpreter per child: a
@@ -747,12 +755,6 @@ def prestart(submission: Path, stages: list[str] | None, timeout: float) -> dict
 
     if current(submission) is None:  # the bytes the whole grade sees, from now on (a forked child starts later)
         take(submission)
-    kinds = ["torch", "numpy"]  # the torch side first: its import is the longest start of a grade
-    if stages is not None:
-        from ..stages import BY_NAME
-
-        known = [BY_NAME[n] for n in stages if n in BY_NAME]
-        kinds = [k for k in kinds if any(s.torch == (k == "torch") for s in known)] or ["numpy"]
     return {kind: start(kind) for kind in kinds}
 
 

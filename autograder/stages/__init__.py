@@ -108,3 +108,10 @@ def stage_of_file(filename: str | None) -> str | None:
         if filename in s.files:
             return s.name
     return None
+
+
+def child_kinds(names: list[str] | None) -> list[str]:
+    """The children a grade of these stages (None: all) needs, "torch" first (its start is the longest): what
+    sandbox.runner.prestart starts ahead."""
+    known = STAGES if names is None else [BY_NAME[n] for n in names if n in BY_NAME]
+    return [k for k in ("torch", "numpy") if any(s.torch == (k == "torch") for s in known)] or ["numpy"]
