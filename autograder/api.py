@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 
 from .child import scripts
+from .declarations import INPUTS_RULE
 from .outcomes import CannotReplay, Fail
-from .records import INPUTS_RULE
 from .stages import FUNCTIONS, TARGETS
 
 

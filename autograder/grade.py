@@ -17,6 +17,7 @@ import numpy as np
 
 from . import KIT_VERSION
 from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
+from .declarations import Check
 from .feedback import localise, repair
 from .feedback.advice import next_step
 from .feedback.sources import def_line_number, enclosing_function, loop_line, reached_files, rel
@@ -33,7 +34,6 @@ from .outcomes import (
     StudentTimeout,
     plain,
 )
-from .records import Check
 from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
 from .sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
 from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
@@ -238,7 +238,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
 
 
 def calls_own_code(stage: str, called) -> bool:
-    """Whether the names a check called run code of `stage`'s own files (records.Function.code): a check that
+    """Whether the names a check called run code of `stage`'s own files (declarations.Function.code): a check that
     passes on other stages' functions alone would keep its points for a stage whose files do not even load."""
     own = set(BY_NAME[stage].files)
     return any(file in own for name in called if name in FUNCTIONS for file, _ in FUNCTIONS[name].code())

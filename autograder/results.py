@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from .records import Check
+from .declarations import Check
 from .stages import BY_NAME, mistakes_of
 
 NIE = "NotImplementedError"

@@ -7,8 +7,8 @@ import pytest
 from conftest import SOLUTIONS, grade, variant
 
 from autograder import grade as grading
+from autograder.declarations import Edit, Mistake, Stage
 from autograder.outcomes import DeclarationError, GraderBug
-from autograder.records import Edit, Mistake, Stage
 from autograder.report.terminal import terminal
 from autograder.results import Failure
 from autograder.stages import BY_NAME, STAGES

@@ -6,7 +6,7 @@ import pytest
 from conftest import SOLUTIONS, grade, variant
 
 from autograder.child import invariants
-from autograder.records import INPUTS_RULE
+from autograder.declarations import INPUTS_RULE
 
 SM_BODY = ("    e = np.exp(scores - top)  # same shape as scores; the largest entry becomes exp(0) = 1\n"
            "    return e / np.sum(e, axis=axis, keepdims=True)\n")

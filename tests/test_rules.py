@@ -5,8 +5,8 @@ import re
 
 from conftest import EXERCISES
 
+from autograder.declarations import REFERENCE_RULE, WORKED_RULE
 from autograder.instructor.build import student_readme
-from autograder.records import REFERENCE_RULE, WORKED_RULE
 from autograder.stages import BY_NAME, CHECKS
 
 

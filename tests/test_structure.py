@@ -76,7 +76,7 @@ def _package_imports(path: Path, package: str) -> set[str]:
 
 def test_outcomes_is_a_leaf():
     assert _package_imports(GRADER / "outcomes.py", "autograder") == set()
-    assert _package_imports(GRADER / "records.py", "autograder") == set()
+    assert _package_imports(GRADER / "declarations.py", "autograder") == set()
 
 
 def test_child_sees_only_child():
@@ -126,7 +126,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..evidence.probes import same_array
-from ..records import Edit, Function, Mistake, Probe, Stage
+from ..declarations import Edit, Function, Mistake, Probe, Stage
 
 X = np.arange(6.0).reshape(2, 3)
 STAGE = Stage(
@@ -182,7 +182,7 @@ import numpy as np
 
 from ..compare import check_close, check_printed
 from ..evidence.probes import same_array
-from ..records import WORKED_RULE, Edit, Function, Mistake, Probe, Stage
+from ..declarations import WORKED_RULE, Edit, Function, Mistake, Probe, Stage
 
 X = np.arange(4.0)
 STAGE = Stage(
@@ -353,7 +353,7 @@ import numpy as np
 
 from ..compare import check_close
 from ..outcomes import Fail
-from ..records import Edit, Function, Mistake, Stage
+from ..declarations import Edit, Function, Mistake, Stage
 
 STAGE = Stage(
     name="window", number={CORE_N + 1}, points=2, files=("window.py",), bonus=True,

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..records import Mistake
+from ..declarations import Mistake
 
 TOL = 1e-3  # how exactly a structure must fit before it is claimed (relative, fp32 inputs)
 

@@ -1,4 +1,4 @@
-"""The inputs and judges of fault localisation's probes (records.Probe), which each stage declares.
+"""The inputs and judges of fault localisation's probes (declarations.Probe), which each stage declares.
 
 Every probe calls one student function on small fixed inputs drawn here; its judge compares the answer
 with the reference's and, when they differ, asks inference (evidence/inference.py) what the difference
@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..records import Probe
+from ..declarations import Probe
 from . import inference
 
 

@@ -4,7 +4,7 @@ Rung 1 names the function and asks the question the mistake answers wrongly; run
 the catalogue's words; rung 3 sends the student to the section to reread. No rung holds code: the
 explanations are prose, and `ladder` drops any rung that would quote a line of the student's stubs.
 """
-from ..records import Mistake
+from ..declarations import Mistake
 
 DEFAULT_QUESTION = "What does this function return for a 2 x 2 input you can work out by hand?"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..declarations import Probe
 from ..evidence.probes import EXTRA
 from ..outcomes import Fail, StudentAborted, StudentError
-from ..records import Probe
 from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of

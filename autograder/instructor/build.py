@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from ..records import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
+from ..declarations import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
 from ..sandbox.runner import PRINTED_LIMIT
@@ -317,8 +317,8 @@ def release(out: Path = DIST / "student", bonus_policy: str = DEFAULT_BONUS_POLI
     shutil.copy2(ROOT / "setup.mk", out / "setup.mk")
     shutil.copy2(ROOT / "student.mk", out / "Makefile")  # the student's commands, the same file as the full repo's
     (out / "README.md").write_text(student_readme(bonus_policy))
-    (out / "autograder" / "report" / "policy.py").write_text(
-        (GRADER / "report" / "policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
+    (out / "autograder" / "report" / "bonus_policy.py").write_text(
+        (GRADER / "report" / "bonus_policy.py").read_text().replace('BONUS = "apart"', f'BONUS = "{bonus_policy}"'))
     (out / ".github" / "workflows").mkdir(parents=True)
     (out / ".github" / "workflows" / "classroom.yml").write_text(classroom_workflow(bonus_policy == "folded"))
     (out / ".devcontainer").mkdir()

@@ -4,7 +4,7 @@ from ..feedback.sources import rel
 from ..outcomes import plain
 from ..results import Results, StageResult, StageStatus
 from ..stages import BONUS, CATALOGUE, SHOWN_ORDER
-from .policy import BONUS as BONUS_POLICY
+from .bonus_policy import BONUS as BONUS_POLICY
 
 
 def _plain(code: str, text: str) -> str:

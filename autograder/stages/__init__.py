@@ -10,8 +10,8 @@ import dataclasses
 import importlib
 import pkgutil
 
+from ..declarations import Check, Function, Mistake, Stage
 from ..evidence.inference import INFERRED
-from ..records import Check, Function, Mistake, Stage
 from .validate import check_declarations
 
 

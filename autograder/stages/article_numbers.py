@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compare import check_printed, check_within, variance_stderr
-from ..records import WORKED_RULE, Check
+from ..declarations import WORKED_RULE, Check
 
 A, B = "A", "B"
 # the sections of each article the kit sends a student to (a check's citation, a diagnosis's "reread", a worked

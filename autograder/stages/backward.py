@@ -2,8 +2,8 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults, randn, shape_str
 
 STAGE = Stage(

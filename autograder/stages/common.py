@@ -123,7 +123,7 @@ def _measurement(name: str, api=None):
 
     fn = FUNCTIONS[name]
     if not fn.measured:
-        raise TypeError(f"{name} declares no measured arguments (records.Function.measured)")
+        raise TypeError(f"{name} declares no measured arguments (declarations.Function.measured)")
     folder = getattr(getattr(api, "worker", None), "submission", None)
     loads = imported_libraries(folder, [f.removesuffix(".py") for f in fn.reads]) if folder is not None else ()
     return fn.target, fn.measured, name, loads

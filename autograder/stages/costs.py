@@ -1,8 +1,8 @@
 """Bonus stage 12: counting scores and KV-cache numbers."""
 
 
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from ..evidence.diagnosis import diagnosed
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from .common import expect_defaults
 
 STAGE = Stage(

@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import Function, Probe, Stage
 from ..evidence.probes import X32, same_array
 from ..outcomes import Fail
-from ..records import Function, Probe, Stage
 from .common import randn, require_nontrivial, shape_str
 
 STAGE = Stage(

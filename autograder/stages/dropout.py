@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import Edit, Function, Mistake, Stage
 from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..records import Edit, Function, Mistake, Stage
 
 STAGE = Stage(
     name="dropout", number=11, points=5, files=("dropout.py",), calls=(),

@@ -3,9 +3,9 @@ import numpy as np
 
 from ..child import seeded
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from . import common, growth
 from .common import causal_rows, expect_defaults, randn, sampled_rows, shape_str
 from .heads import module_weights

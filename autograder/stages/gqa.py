@@ -2,10 +2,10 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 _R = np.random.default_rng(31)

@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.probes import WK, WO, WOUT, WQ, WQKV, WV, X56, X58, XB, module_output, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 # rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)

@@ -7,10 +7,10 @@ import numpy as np
 
 from ..child import seeded
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import CACHE_DATA, CACHE_REFILL, WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime, probe_cache
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import AHEAD, counted_beside_baseline, expect_defaults, randn, shape_str, start_counted
 from .heads import module_weights
 

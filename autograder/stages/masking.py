@@ -2,10 +2,10 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import CAUSAL36, K64, Q34, S36, V62, same_mask, same_masked, same_pair
 from ..outcomes import Fail, StudentError
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
 
 # rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)

@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import Edit, Function, Mistake, Probe, Stage
 from ..evidence.probes import W1, W2, W3, X54, same_triple
 from ..outcomes import Fail
-from ..records import Edit, Function, Mistake, Probe, Stage
 from .common import randn, shape_str
 
 STAGE = Stage(

@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.probes import same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, require_nontrivial, shape_str
 
 X58R = np.random.default_rng(37).normal(size=(5, 8))

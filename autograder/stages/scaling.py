@@ -2,9 +2,9 @@
 import numpy as np
 
 from ..compare import check_close, variance_stderr
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.probes import K54, Q34, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from .common import expect_defaults, randn, shape_str
 
 # rung 1 of the hint ladder of each mistake below, and the line that makes it (Mistake.line)

@@ -5,10 +5,10 @@ import numpy as np
 
 from ..child import seeded
 from ..compare import check_close
+from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import S34, same_array
 from ..outcomes import Fail
-from ..records import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
 from ..sandbox.safe_files import UnusableFile, read_bytes
 from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, require_nontrivial, shape_str
 

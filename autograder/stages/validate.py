@@ -14,8 +14,8 @@ import importlib
 import re
 from pathlib import Path
 
+from ..declarations import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE, Stage
 from ..outcomes import DeclarationError
-from ..records import DEFAULTS_RULE, REFERENCE_RULE, WORKED_RULE, Stage
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
