@@ -7,10 +7,11 @@ SEED     ?= 0
 # what the set-up step compiles to bytecode (the full repo adds attn_ref)
 BYTECODE ?= autograder
 
-.PHONY: help student-help grade hint submit worked watch report capstone
+.PHONY: help student-help setup grade hint submit worked watch report capstone
 
 help: student-help
 student-help:
+	@echo "make setup                   make .venv: the grader, numpy, torch's CPU build (make grade does it on first use)"
 	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
 	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 	@echo "make submit                  write submission.zip (your stage modules and a manifest) to upload"
@@ -25,6 +26,8 @@ $(VENV)/.student: requirements-student.txt
 	$(INSTALL) requirements-student.txt
 	@$(PY) -m compileall -q $(BYTECODE) >/dev/null  # bytecode now: each grade starts ~25 ms sooner
 	@touch $@
+
+setup: $(VENV)/.student
 
 grade: $(VENV)/.student
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) \

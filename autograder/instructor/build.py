@@ -162,7 +162,7 @@ This repo runs the public checks. The autograder runs them too, and more checks 
 inputs you have not seen: a solution that is right in general passes them.
 
 Without WSL (Windows), on a Chromebook, or in a browser: the repo ships `.devcontainer/devcontainer.json`
-(Debian Linux, Python 3.12; after the container is made it runs `make .venv/.student`, the set-up
+(Debian Linux, Python 3.12; after the container is made it runs `make setup`, the set-up
 `make grade` does on first use, with torch's CPU build). In a browser: on the repo's GitHub page,
 Code > Codespaces > Create codespace. On Windows without WSL: a codespace, or VS Code's Dev Containers
 extension with Docker Desktop on its Hyper-V back end (open the folder, "Reopen in Container"). On a Chromebook:
@@ -222,7 +222,7 @@ jobs:
       with:
         python-version: '3.12'
     - name: Install the grader
-      run: make .venv/.student
+      run: make setup
     - name: Grade
       run: .venv/bin/python -m autograder grade --submission exercises --classroom {CLASSROOM_RESULTS}
 {"".join(steps)}\
@@ -289,7 +289,7 @@ def devcontainer() -> dict:
     return {
         "name": "Attention kit",
         "image": DEVCONTAINER_IMAGE,
-        "postCreateCommand": "make .venv/.student",
+        "postCreateCommand": "make setup",
         "customizations": {"vscode": {"extensions": ["ms-python.python"],
                                       "settings": {"python.defaultInterpreterPath": ".venv/bin/python"}}},
     }
