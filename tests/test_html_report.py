@@ -113,7 +113,7 @@ def wide_report(report, tmp_path_factory):
     masking's checks report it, and a 12 x 12 view (compare._view's limit) of large and infinite values."""
     import dataclasses
 
-    from autograder.compare import _view
+    from autograder.evidence.compare import _view
     from autograder.grade import grade
     from autograder.report.html import render
 

@@ -218,7 +218,7 @@ def _first_checks() -> dict[str, str]:
 
     nb = next(c["source"] for c in build_notebook(wheel=WHEEL)["cells"] if c["metadata"]["nbgrader"].get("grade"))
     ot = next(c["source"] for c in otter_master(WHEEL)["cells"] if "check_passed(" in c["source"])
-    return {name: src.split("from autograder.report")[0].removeprefix("# HIDDEN\n") for name, src in
+    return {name: src.split("from autograder.notebook_cells")[0].removeprefix("# HIDDEN\n") for name, src in
             (("nbgrader", nb), ("otter", ot))}
 
 

@@ -12,7 +12,7 @@ from conftest import ROOT
 
 from attn_ref import core
 from autograder.api import ReferenceAPI
-from autograder.compare import check_printed, check_within
+from autograder.evidence.compare import check_printed, check_within
 from autograder.stages.article_numbers import WORKED
 
 

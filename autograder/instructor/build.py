@@ -38,8 +38,8 @@ def record_fixtures() -> dict:
     """Run the public checks on the solutions with the reference recorded: their expected values."""
     from attn_ref import mistakes
 
-    from .. import compare
     from ..api import ReferenceAPI
+    from ..evidence import compare
     from ..grade import grade
     from ..stages.fixtures import Recorder
 

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..compare import check_printed, check_within, variance_stderr
 from ..declarations import WORKED_RULE, Check
+from ..evidence.compare import check_printed, check_within, variance_stderr
 
 A, B = "A", "B"
 # the sections of each article the kit sends a student to (a check's citation, a diagnosis's "reread", a worked

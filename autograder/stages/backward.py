@@ -1,8 +1,8 @@
 """Bonus stage 10: the backward pass of attention by hand."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
+from ..evidence.compare import check_close
 from ..outcomes import Fail
 from .common import expect_defaults, randn, shape_str
 

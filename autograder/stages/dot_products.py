@@ -1,8 +1,8 @@
 """Stage 2 checks: dot products and simple self-attention."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import Function, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.probes import X32, same_array
 from ..outcomes import Fail
 from .common import randn, require_nontrivial, shape_str

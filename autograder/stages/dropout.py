@@ -1,8 +1,8 @@
 """Bonus stage 11: inverted dropout on the attention weights."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import Edit, Function, Mistake, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
 

@@ -1,8 +1,8 @@
 """Bonus stage 13: grouped-query and multi-query attention, and decoding with a smaller cache."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import same_array
 from ..outcomes import Fail

@@ -1,8 +1,8 @@
 """Stage 6 checks: splitting and merging heads, multi-head attention, the torch module."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.probes import WK, WO, WOUT, WQ, WQKV, WV, X56, X58, XB, module_output, same_array
 from ..outcomes import Fail
 from .common import expect_defaults, randn, require_nontrivial, shape_str

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..child import seeded
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import CACHE_DATA, CACHE_REFILL, WOUT, WQKV, XB, cache_lengths, decode_output, decode_prime, probe_cache
 from ..outcomes import Fail

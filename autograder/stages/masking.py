@@ -1,8 +1,8 @@
 """Stage 5 checks: causal masks, apply_mask and single-head attention."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import CAUSAL36, K64, Q34, S36, V62, same_mask, same_masked, same_pair
 from ..outcomes import Fail, StudentError

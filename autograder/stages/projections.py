@@ -1,8 +1,8 @@
 """Stage 3 checks: query, key and value projections."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.probes import W1, W2, W3, X54, same_triple
 from ..outcomes import Fail
 from .common import randn, shape_str

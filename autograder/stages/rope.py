@@ -1,8 +1,8 @@
 """Bonus stage 14: rotary position embedding (RoPE) of queries and keys, with and without a cache."""
 import numpy as np
 
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.probes import same_array
 from ..outcomes import Fail
 from .common import expect_defaults, randn, require_nontrivial, shape_str

@@ -1,8 +1,8 @@
 """Stage 4 checks: scaled scores and the variance experiment."""
 import numpy as np
 
-from ..compare import check_close, variance_stderr
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close, variance_stderr
 from ..evidence.probes import K54, Q34, same_array
 from ..outcomes import Fail
 from .common import expect_defaults, randn, shape_str

@@ -4,8 +4,8 @@ import ast
 import numpy as np
 
 from ..child import seeded
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Probe, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import S34, same_array
 from ..outcomes import Fail

@@ -2,8 +2,8 @@
 import numpy as np
 
 from ..child import seeded
-from ..compare import check_close
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
+from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail
 from . import common, growth

@@ -1,9 +1,9 @@
 """Comparisons that fail with a message saying what, where and by how much."""
 import numpy as np
 
-from .evidence.diagnosis import diagnose
-from .evidence.inference import infer
-from .outcomes import Fail
+from ..outcomes import Fail
+from .diagnosis import diagnose
+from .inference import infer
 
 RTOL, ATOL = 1e-4, 1e-5  # fp32 tolerance used by every reference check unless it says otherwise
 EAGER_MISTAKES = False  # set while recording fixtures: compute every mistake variant, failing or not
