@@ -65,6 +65,8 @@ class Session:
         from .grade import grade
         from .sandbox.runner import Worker
 
+        if self.cancel.is_set():  # watch is leaving (it closed the server) or a save came: no server is started again
+            return None
         server = self._server()
         with self.lock:
             if self.cancel.is_set():  # stopped before this phase began: start no child
@@ -297,13 +299,16 @@ def watch(folder: Path, interval: float = 0.05, timeout: float = 10.0, color: bo
     ignore_stop_signals()
     stop.set()
     if session is not None:
-        session.stop_grading()
-        if grading is not None:  # its retired workers fail at once; it removes what it started as it ends
-            grading.join(timeout=30)
         from .sandbox.runner import end_every_child
 
-        end_every_child()  # what a grade still ending (a busy machine) or its measuring threads left
+        # Nothing here waits on the fork server, which a busy machine may keep from answering: every child is ended
+        # by its process group and its folder removed from here, then the server; a grading thread waiting on it
+        # gets its answer at once (the server is gone) and ends, its workers retired
+        session.cancel.set()
+        end_every_child()
         session.close()
+        if grading is not None:
+            grading.join(timeout=10)
     try:
         out.write("\nstopped watching.\n")
         out.flush()

@@ -124,10 +124,11 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--batch", type=int, default=40)
-    p.add_argument("--quick", action="store_true", help="3 runs and a batch of 12")
+    p.add_argument("--quick", action="store_true",
+                   help="one run of each and a batch of 6: rough figures in a few minutes, to see the bench works")
     args = p.parse_args()
     if args.quick:
-        args.runs, args.batch = 3, 12
+        args.runs, args.batch = 1, 6
     rows = []
 
     def row(name, seconds, floor_name, floor, target=None, note=""):
@@ -186,8 +187,8 @@ def main() -> int:
                   f"per_minute_{cores}_cores": round(per_min[cores], 1),
                   "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear",
                   f"per_minute_{cores}_cores_fork_server_no_namespaces": round(per_min["plain"], 1)}
-    watch = watch_latency(5 if args.quick else 10)
-    no_fork = watch_latency(3 if args.quick else 5, {"ATTN_NO_FORK": "1"})  # how macOS's watch compares
+    watch = watch_latency(2 if args.quick else 10)
+    no_fork = watch_latency(1 if args.quick else 5, {"ATTN_NO_FORK": "1"})  # how macOS's watch compares
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").exists() else platform.machine()
     machine = {"cpu": model, "cores": cores, "python": platform.python_version()}

@@ -125,7 +125,12 @@ def output_until(cmd: list[str] | str, cwd: Path, text: bytes, env: dict | None 
         out += p.stdout.read() or b""
         time.sleep(0.2)
     os.killpg(p.pid, signal.SIGINT)
-    p.wait(timeout=30)
+    try:  # watch bounds its own leaving (10 s for a grade in flight, then the cleanup): a busy machine gets 60 s
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out += p.stdout.read() or b""
+        raise AssertionError(f"{cmd} did not end within 60 s of Ctrl-C; it printed:\n{out.decode()[-3000:]}") from None
     return out.decode()
 
 

@@ -195,3 +195,37 @@ def test_a_call_kept_waiting_for_a_cpu_is_not_timed_out_for_it(tmp_path, monkeyp
             s.kill()
             s.wait()
         w.close()
+
+
+def test_ending_a_childs_processes_waits_on_no_lock_another_thread_holds():
+    """Found in CI: watch hung while cancelling a grade. Its sweep of a child's uid ran `kill -9 -1` through a
+    preexec_fn, which takes the interpreter's at-fork locks (logging's among them) in a grader full of threads; a
+    thread holding one kept it waiting for ever. The sweep now forks and drops to the uid without running Python."""
+    import logging
+    import os
+    import threading
+
+    from autograder.sandbox.launchers import kill_everything
+
+    if os.geteuid() != 0:
+        pytest.skip("the sweep drops to a child's uid only as root")
+    held, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold_loggings_lock() -> None:  # what a thread importing a module that makes a logger does for a moment
+        with logging._lock:
+            held.set()
+            release.wait(60)
+
+    threading.Thread(target=hold_loggings_lock, daemon=True).start()
+    assert held.wait(10)
+    unused_uid = 1_999_999_999  # a uid no process has: `kill -9 -1` under it ends nothing
+
+    def sweep() -> None:
+        kill_everything("0" * 16, unused_uid, [], processes=True, temp=False)
+        done.set()
+
+    threading.Thread(target=sweep, daemon=True).start()
+    try:
+        assert done.wait(30), "the sweep waited on a lock another thread held"
+    finally:
+        release.set()

@@ -109,9 +109,12 @@ def end_every_child() -> None:
     with _STARTING:
         _ENDED.set()
         workers = list(_STARTED)
+    running = [w for w in workers if getattr(w, "child", None) is not None and not w._sealed]
     for w in workers:
         w.stop()
-    for w in workers:
+    for w in workers:  # what escaped a running child's group (one that could start processes), then its folder
+        if w in running:
+            kill_everything(w.token, w.uid, [], temp=False)
         if getattr(w, "scratch", None) is not None:
             shutil.rmtree(w.scratch, ignore_errors=True)
 
