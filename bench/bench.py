@@ -47,20 +47,26 @@ def as_student(cmd: list[str]) -> list[str] | None:
     return wrapped if ok.returncode == 0 else None
 
 
-def make_batch(folder: Path, n: int) -> None:
-    """n submissions: copies of the solutions and of the catalogued mistakes, round robin."""
+def make_batch(folder: Path, n: int, mistakes: bool = True) -> None:
+    """n submissions, round robin: copies of the solutions and (with `mistakes`) a syntax error, a file whose
+    loading never ends, and each of the catalogued mistakes, as a class hands them in."""
     from conftest import variant
     from test_diagnosis import MUTANTS
 
-    kinds = [None, *sorted(MUTANTS)]
+    broken = {"syntax-error": ("softmax.py", "\ndef broken(:\n"), "hang": ("masking.py", "\nwhile True:\n    pass\n")}
+    kinds = [None, *broken, *sorted(MUTANTS)] if mistakes else [None]
     for i in range(n):
         kind = kinds[i % len(kinds)]
         dest = folder / f"sub{i:03d}"
-        if kind is None:
-            shutil.copytree(ROOT / "solutions", dest)
-        else:
+        if kind in MUTANTS:
             with tempfile.TemporaryDirectory() as tmp:
                 shutil.move(str(variant(Path(tmp), MUTANTS[kind][0])), dest)
+            continue
+        shutil.copytree(ROOT / "solutions", dest)
+        if kind is not None:
+            name, text = broken[kind]
+            with open(dest / name, "a") as f:
+                f.write(text)
 
 
 def watch_latency(saves: int, env: dict | None = None) -> list[dict]:
@@ -183,10 +189,18 @@ def main() -> int:
                         str(tmp / "out-plain")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, env={**os.environ, **plain})
         per_min["plain"] = args.batch / (time.perf_counter() - t0) * 60
+        honest = tmp / "honest"  # the same number of submissions, every one the solutions: the rate without mistakes
+        honest.mkdir()
+        make_batch(honest, args.batch, mistakes=False)
+        t0 = time.perf_counter()
+        subprocess.run([PY, "-m", "autograder", "regrade", str(honest), "--jobs", str(cores), "--out",
+                        str(tmp / "out-honest")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        per_min["honest"] = args.batch / (time.perf_counter() - t0) * 60
     throughput = {"submissions": args.batch, "per_minute_1_core": round(per_min[1], 1),
                   f"per_minute_{cores}_cores": round(per_min[cores], 1),
                   "speedup": round(per_min[cores] / per_min[1], 2), "target": ">= 60/min on 2 cores, near-linear",
-                  f"per_minute_{cores}_cores_fork_server_no_namespaces": round(per_min["plain"], 1)}
+                  f"per_minute_{cores}_cores_fork_server_no_namespaces": round(per_min["plain"], 1),
+                  f"per_minute_{cores}_cores_solutions_only": round(per_min["honest"], 1)}
     watch = watch_latency(2 if args.quick else 10)
     no_fork = watch_latency(1 if args.quick else 5, {"ATTN_NO_FORK": "1"})  # how macOS's watch compares
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -196,9 +210,11 @@ def main() -> int:
     for r in rows:
         print(f"{r['measure']:<44} {r['seconds']:>9.3f} {r['floor']:>20} {r['floor_seconds']:>8.3f} "
               f"{r['ratio']:>6.2f}  {r['target'] or ''}")
-    print(f"\nregrade of {args.batch} submissions (every child in namespaces): {throughput['per_minute_1_core']}/min "
+    print(f"\nregrade of {args.batch} submissions (the solutions, a syntax error, a hang and the catalogued mistakes; "
+          f"every child in namespaces): {throughput['per_minute_1_core']}/min "
           f"on 1 core, {throughput[f'per_minute_{cores}_cores']}/min on {cores} cores (x{throughput['speedup']}); "
-          f"{per_min['plain']:.1f}/min on {cores} cores with the fork server and no namespaces")
+          f"{per_min['plain']:.1f}/min on {cores} cores with the fork server and no namespaces; "
+          f"{per_min['honest']:.1f}/min on {cores} cores when every submission is the solutions")
     print(f"\n{'make watch: save of':<20} {'its verdict s':>14} {'whole screen s':>15}  targets (median of {watch[0]['saves']})")
     for w in watch:
         print(f"{w['file']:<20} {w['verdict_s']:>14.3f} {w['screen_s']:>15.3f}  <= {w['target_verdict_s']} s, "
