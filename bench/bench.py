@@ -50,8 +50,7 @@ def as_student(cmd: list[str]) -> list[str] | None:
 def make_batch(folder: Path, n: int, mistakes: bool = True) -> None:
     """n submissions, round robin: copies of the solutions and (with `mistakes`) a syntax error, a file whose
     loading never ends, and each of the catalogued mistakes, as a class hands them in."""
-    from conftest import variant
-    from test_diagnosis import MUTANTS
+    from conftest import MUTANTS, variant
 
     broken = {"syntax-error": ("softmax.py", "\ndef broken(:\n"), "hang": ("masking.py", "\nwhile True:\n    pass\n")}
     kinds = [None, *broken, *sorted(MUTANTS)] if mistakes else [None]

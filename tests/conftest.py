@@ -244,3 +244,18 @@ def tiny_gpt2_checkpoint(folder, layers=2, d=32, heads=4, vocab=256, n_ctx=64, s
     save_safetensors(w, folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps({"n_head": heads}))
     return folder
+
+
+# Attention written out by hand, the whole T x T score matrix at once: correct, and what the cost rules of the fused
+# and tiled stages exist to catch (their bodies, to put in place of the solutions')
+HAND_FUSED = ("    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+              "    if causal:\n"
+              "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
+              "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
+              "    return scores.softmax(-1) @ v\n")
+HAND_TILED = ("    n_k = k.shape[0]\n"
+              "    s = (q @ k.T) / np.sqrt(d_k)\n"
+              "    if causal:\n"
+              "        s = np.where(np.arange(n_k)[None, :] <= (n_k - n_q + np.arange(n_q))[:, None], s, -np.inf)\n"
+              "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+              "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")

@@ -3,8 +3,7 @@ and an SDPA spy that changes nothing it watches (issue 41, items 1, 2 and 4): co
 and keeps its points, T x T code near 4x and loses them, and code that switches to the fused or tiled path only from
 some length on loses them at (almost) every seed, wherever the switch lies in the stated range."""
 import pytest
-from conftest import SOLUTIONS, grade
-from test_sandbox_policy import HAND_TILED
+from conftest import HAND_TILED, SOLUTIONS, grade
 
 from autograder.api import StudentAPI
 from autograder.child import seeded

@@ -3,7 +3,7 @@ submission here gains nothing and costs only its own stage; correct code from el
 import os
 
 import pytest
-from conftest import ROOT, SOLUTIONS, grade, variant
+from conftest import HAND_FUSED, HAND_TILED, ROOT, SOLUTIONS, grade, variant
 
 from autograder.api import Context
 from autograder.sandbox.static_check import RULE, refusals, source_defaults
@@ -594,19 +594,6 @@ def _replaced(tmp_path, name: str, file: str, start: str, end: str, body: str):
     j = text.index(end, i) + len(end)
     (dest / file).write_text(text[:i] + body + text[j:])
     return dest
-
-
-HAND_FUSED = ("    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-              "    if causal:\n"
-              "        allowed = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q)\n"
-              "        scores = scores.masked_fill(~allowed, float('-inf'))\n"
-              "    return scores.softmax(-1) @ v\n")
-HAND_TILED = ("    n_k = k.shape[0]\n"
-              "    s = (q @ k.T) / np.sqrt(d_k)\n"
-              "    if causal:\n"
-              "        s = np.where(np.arange(n_k)[None, :] <= (n_k - n_q + np.arange(n_q))[:, None], s, -np.inf)\n"
-              "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
-              "    return (w / w.sum(axis=1, keepdims=True)) @ v\n")
 
 
 def test_a_measured_call_right_only_where_the_small_checks_look_gains_nothing(tmp_path):

@@ -458,3 +458,14 @@ def test_a_class_based_stage_is_three_files_with_no_driver(tmp_path):
     out = grade_in_kit(mutant)
     # the step after the one that should have raised fails at the student's own line, found through the script
     assert "x refuses_a_wrong_size" in out and "mutant/window.py:20" in out and "keeps_the_last" not in out, out
+
+
+def test_no_test_file_imports_another():
+    """Shared test helpers live in conftest.py: no test file (nor the bench) imports another test file."""
+    found = []
+    for path in [*sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.startswith("test_")]
+    assert not found, "move what they share to tests/conftest.py:\n" + "\n".join(found)
