@@ -15,6 +15,7 @@ instructor-help:
 	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
 	@echo "make release                 the student repo in dist/student"
 	@echo "make autograder [SECRET=..] [HIDDEN_VISIBILITY=visible]  the Gradescope zip (its secret beside it: dist/autograder.secret); gradescope-local SUBMISSION=PATH runs it here"
+	@echo "make classroom-local SUBMISSION=PATH  the release's GitHub Classroom workflow run here on one submission"
 	@echo "make regrade DIR=folder      grade a folder of submissions in parallel"
 	@echo "make nbgrader / make otter   the notebook editions in dist/"
 	@echo "make bench [QUICK=1]         speed figures; make gpu-check: the CUDA check"
@@ -60,7 +61,7 @@ clean:
 	rm -rf $(VENV) submission.zip .pytest_cache
 
 # ---- instructor builds: the student repo and the Gradescope autograder ------------------------
-.PHONY: release autograder gradescope-local
+.PHONY: release autograder gradescope-local classroom-local
 release: $(VENV)/.student
 	$(PY) -m autograder.instructor.build release --out dist/student $(if $(BONUS),--bonus $(BONUS))
 
@@ -71,6 +72,10 @@ autograder: $(VENV)/.student
 gradescope-local: $(VENV)/.student
 	@test "$(origin SUBMISSION)" != file || (echo "usage: make gradescope-local SUBMISSION=PATH"; exit 2)
 	$(PY) -m autograder.instructor.build gradescope-local --submission $(SUBMISSION) --zip dist/autograder.zip
+
+classroom-local: $(VENV)/.student  ## the release's Classroom workflow run here on one submission, and its total
+	@test "$(origin SUBMISSION)" != file || (echo "usage: make classroom-local SUBMISSION=PATH"; exit 2)
+	$(PY) -m autograder.instructor.classroom_local --submission $(SUBMISSION)
 
 .PHONY: regrade
 regrade: $(VENV)/.student  ## make regrade DIR=folder-of-submissions [OUT=results-folder] [JOBS=n] [SECRET_FILE=path] [BONUS=apart|folded] [ITEM=name] [SAME_UID=1] [TRUST=1]

@@ -168,6 +168,14 @@ class Results:
     files: dict[str, str] = field(default_factory=dict)  # stage file -> SHA-256 of the bytes graded (read once)
 
     @property
+    def ignored_note(self) -> str:
+        """The sentence every report gives about `ignored_files` ("" when there are none)."""
+        if not self.ignored_files:
+            return ""
+        return (f"Ignored (not stage modules, never run): {', '.join(self.ignored_files)}. Only the stage modules "
+                "are graded; put helpers inside them.")
+
+    @property
     def core_stages(self) -> list[StageResult]:
         return [s for n, s in self.stages.items() if not BY_NAME[n].bonus]
 

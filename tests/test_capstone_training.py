@@ -12,9 +12,10 @@ pytestmark = pytest.mark.slow  # builds or runs a whole channel: `make test` onl
 
 def test_make_capstone_trains_the_solutions_to_95_percent(tmp_path):
     repo = share_venv(copy_repo(tmp_path / "repo"))
-    # -o: the venv is set up already; its marker's age must not start an install
+    # -o: the venv is set up already; its marker's age must not start an install. About 5 minutes beside the other
+    # tests; on a machine busier still (CI's load doubled) training took four times that: no figure is asserted here
     p = subprocess.run(["make", "-s", "-o", ".venv/.student", "capstone", f"SUBMISSION={SOLUTIONS}"], cwd=repo,
-                       capture_output=True, timeout=900, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+                       capture_output=True, timeout=2400, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
     out = (p.stdout + p.stderr).decode()  # bytes: text mode would turn the progress bar's \r into newlines
     assert p.returncode == 0, out[-3000:]
     assert "\r  training [" in out  # the progress bar redraws one line

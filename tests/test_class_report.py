@@ -53,6 +53,8 @@ def batch(tmp_path_factory):
     hang = merged(tmp / "frank", [])  # scores.py never finishes loading
     (hang / "scores.py").write_text("while True:\n    pass\n" + (SOLUTIONS / "scores.py").read_text())
     shutil.move(str(hang), folder / "frank")
+    (folder / "erin" / "scratch_test.py").write_text("print('my own checks')\n")  # handed in beside the stages
+    (folder / "erin" / "notes.txt").write_text("to do: the output projection\n")
     (folder / "gina.zip").write_bytes(b"this is not a zip file")  # unreadable
     # alice also hands in an older zip, the stubs as given: one student, and her better folder counts
     make_zip(EXERCISES, folder / "alice.zip")
@@ -391,3 +393,15 @@ def test_students_sort_by_a_clicked_header_in_chromium(batch, tmp_path):
     assert _totals_in_order(after(["2", "2"])) == sorted(unsorted)
     names = re.findall(r'<tr><td class="name">([^<]*)</td>', after(["1"]).split('id="students"')[1].split("</tbody>")[0])
     assert names == sorted(STUDENTS)
+
+
+def test_a_file_handed_in_beside_the_stages_is_named_in_every_report_of_the_regrade(batch):
+    """Found by a stranger TA: `make grade` named a stray scratch_test.py, the regrade's JSON, page and class report
+    did not. Each now does; a file that is not Python (notes.txt) is never read and named nowhere."""
+    result = json.loads((batch / "erin.json").read_text())
+    assert result["extra_data"]["ignored_files"] == ["scratch_test.py"]
+    assert re.search(r"Ignored \(not stage modules, never run\): scratch\\?_test\.py", result["output"])  # Markdown
+    row = next(r for r in _rows((batch / "class-report.html").read_text(), "students") if ">erin<" in r)
+    assert "ignored, never run: scratch_test.py" in row and "notes.txt" not in row
+    assert "ignored" not in next(r for r in _rows((batch / "class-report.html").read_text(), "students")
+                                 if ">bob<" in r)

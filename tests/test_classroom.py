@@ -2,16 +2,19 @@
 them, in the student repo, and its reporter's sum done as classroom-resources/autograding-grading-reporter
 does it (each runner's tests' scores over the runners' max_score): the points `make grade` gives."""
 import base64
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import zipfile
 
 import pytest
 from conftest import ROOT, SOLUTIONS, share_venv
 
 from autograder.instructor.build import classroom_workflow, release
+from autograder.instructor.classroom_local import classroom_local
 from autograder.report.classroom import CLASSROOM_TOTAL, classroom_points
 from autograder.stages import BONUS_POINTS, CORE, STAGES
 
@@ -99,6 +102,14 @@ def test_the_workflow_gives_make_grades_points(repo):
     points, maximum = run_workflow(repo, zero_mask, workflow)
     assert (points, maximum) == (make_grade_points(repo), CLASSROOM_TOTAL)
     assert 0 < points < CLASSROOM_TOTAL  # partial credit: the stages using the mask keep their passing checks
+    # `make classroom-local` (the TA's way to run the workflow here) gives the reporter's sum too, from a zip as well
+    said = io.StringIO()
+    with zipfile.ZipFile(repo.parent / "zero-mask.zip", "w") as z:
+        for f in sorted(zero_mask.glob("*.py")):
+            z.write(f, f"attention/{f.name}")
+        z.writestr("__MACOSX/attention/._masking.py", b"junk")
+    total = classroom_local(repo.parent / "zero-mask.zip", student=repo, root=repo.parent / "local", out=said)
+    assert total == (points, CLASSROOM_TOTAL) and f"Classroom total: {points:g}/{CLASSROOM_TOTAL}" in said.getvalue()
 
 
 def test_with_the_bonus_folded_in_the_bonus_stages_report_on_top(repo):

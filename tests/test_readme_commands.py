@@ -22,6 +22,7 @@ AS_RUN = {
     "make hint [STAGE=...]": "make hint",
     "make autograder [SECRET=...]": "make autograder SECRET=readme-test",
     "make gradescope-local SUBMISSION=PATH": "make gradescope-local SUBMISSION=solutions",
+    "make classroom-local SUBMISSION=PATH": "make classroom-local SUBMISSION=solutions",
     "make grade SUBMISSION=PATH": "make grade SUBMISSION=solutions",
     # the secret file the earlier `make autograder` wrote: the regrade draws the zip's hidden inputs
     "make regrade DIR=folder [OUT=results] [JOBS=n] [SECRET_FILE=path] [BONUS=folded] [ITEM=name] [SAME_UID=1] [TRUST=1]":
@@ -45,6 +46,7 @@ EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make autograder SECRET=readme-test": Path("dist/autograder.secret"),
     "make autograder HIDDEN_VISIBILITY=after_due_date": Path("dist/autograder.zip"),
     "make gradescope-local SUBMISSION=solutions": Path("dist/gradescope-local/results/results.json"),
+    "make classroom-local SUBMISSION=solutions": "Classroom total: 100/100",
     "make regrade DIR=batch OUT=graded JOBS=2 SECRET_FILE=dist/autograder.secret" + TRUST: Path("graded/grades.csv"),
     "make regrade DIR=batch ANONYMIZE=1" + TRUST: Path("batch-results/diagnoses.csv"),
     "make nbgrader": Path("dist/nbgrader/source/attention/attention.ipynb"),
@@ -94,6 +96,7 @@ def check(cmd: str, out: str, cwd: Path) -> None:
 # earlier `make autograder` wrote; class-report the results of the anonymised regrade). Every other command is "local".
 GROUPS = {
     "gradescope": ("make autograder", "make gradescope-local", "make regrade", "python -m autograder class-report"),
+    "classroom": ("make classroom-local",),
     "nbgrader": ("make nbgrader",),
     "otter": ("make otter",),
     "bench": ("make bench",),

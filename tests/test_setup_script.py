@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from autograder.instructor.build import SETUP_SH
 
@@ -181,3 +182,36 @@ def test_probe_reads_real_interpreters(tmp_path):
     (private / "python").symlink_to(os.path.realpath(sys.executable))
     assert ask(str(private / "python"))[2] == "0"
     assert ask(str(tmp_path / "missing")) == ["0.0", "0", "0"]
+
+
+def _make_picks(tmp_path: Path, pythons: dict[str, tuple[bool, bool] | None]) -> str:
+    """The PYTHON setup.mk picks on a PATH of fake interpreters: name -> (3.11+, others can run it with venv), or
+    None for a name that is not there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, answers in pythons.items():
+        if answers is None:
+            (bin_dir / name).write_text("#!/bin/bash\nexit 127\n")
+        else:
+            new_enough, shared = answers
+            (bin_dir / name).write_text(f'#!/bin/bash\ncase "$2" in *find_spec*) echo {shared} ;; *) echo {new_enough} ;; esac\n')
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "t.mk").write_text(f"include {ROOT / 'setup.mk'}\nshow:\n\t@echo PYTHON=$(PYTHON)\n")
+    p = subprocess.run(["make", "-s", "-f", str(tmp_path / "t.mk"), "show", "SHARED_PYTHONS="], capture_output=True,
+                       text=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    return p.stdout.strip()
+
+
+def test_make_prefers_a_python_other_users_can_run(tmp_path):
+    """Found by a stranger TA: `make setup` made the venv from pyenv's Python under /root, and `make regrade` then
+    refused (the sandbox's separate uid cannot run it). An interpreter other users can run comes first."""
+    picked = _make_picks(tmp_path, {"python3.13": None, "python3.12": (True, False), "python3.11": None,
+                                    "python3": (True, True)})
+    assert picked == "PYTHON=python3"
+
+
+def test_make_falls_back_to_any_new_enough_python(tmp_path):
+    """A student's own machine (no other user needed): the first 3.11+ interpreter, as before."""
+    picked = _make_picks(tmp_path, {"python3.13": None, "python3.12": (True, False), "python3.11": None,
+                                    "python3": (False, False)})
+    assert picked == "PYTHON=python3.12"

@@ -171,6 +171,7 @@ def test_a_forked_child_ended_while_it_starts_fails_its_call_at_once(tmp_path):
     import os
     import signal
     import threading
+    import time
 
     import pytest
 
@@ -183,7 +184,12 @@ def test_a_forked_child_ended_while_it_starts_fails_its_call_at_once(tmp_path):
         for end, raised in (("stop", BudgetSpent), ("kill", GraderEnvironment)):
             w = Worker(SOLUTIONS, timeout=600, zygote=server)  # waiting this out would raise StudentTimeout
             w.preload_libraries = ("torch", "torch._dynamo")
-            how = w.stop if end == "stop" else lambda w=w: os.kill(w.child.pid, signal.SIGKILL)
+            def kill(w=w) -> None:  # as soon as it is forked (a busy machine may take more than 0.3 s to fork it)
+                while w.child is None:
+                    time.sleep(0.005)
+                os.kill(w.child.pid, signal.SIGKILL)
+
+            how = w.stop if end == "stop" else kill
             threading.Timer(0.3, how).start()  # stop: as Session.stop_grading does, from another thread
             with pytest.raises(raised):  # not StudentTimeout: the call did not wait out its limit
                 w.call("softmax:softmax", [[1.0, 2.0]])

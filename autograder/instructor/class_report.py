@@ -387,6 +387,9 @@ def students_table(who: dict[str, Student], batch: Batch, show, links: bool) -> 
             if links and entry in batch.pages:
                 parts.append(_link(f"{entry}.html", "report"))
             note = " (counted)" if entry == st.counted and len(st.entries) > 1 else ""
+            ignored = batch.results[entry]["extra_data"].get("ignored_files") or []
+            if ignored:  # files the student handed in that were never run (a helper module, a scratch test)
+                parts.append(e("ignored, never run: " + ", ".join(ignored)))
             subs.append(f"{label}{note}" + (f" ({', '.join(parts)})" if parts else ""))
         out.append(f"<tr><td class='name'>{e(shown)}</td>{cells}<td class='name'>{'; '.join(subs)}</td></tr>")
     out.append("</tbody></table>")

@@ -173,7 +173,12 @@ once: in the students' copy on the public checks, at autograding with the hidden
 cell, in every notebook: nbgrader records a test cell's checksum before it removes the hidden checks from
 the students' copy, then compares it with the copy's (a known nbgrader bug, jupyter/nbgrader#1961). It
 grades with the recorded cell, hidden checks included, so that warning changes nothing; the same warning
-for any other cell means a student edited a cell they should not have.
+for any other cell means a student edited a cell they should not have. SQLAlchemy's "Object of type
+<SubmittedAssignment> not in session" warnings come from nbgrader's own database code and change nothing either.
+
+`requirements.txt` takes torch's CPU build from download.pytorch.org. Where that site cannot be reached (a
+machine that sees only a package mirror), pip retries it for every package and the install takes many minutes:
+remove the `--extra-index-url` line first, and pip takes torch from the mirror.
 """
 
 

@@ -72,6 +72,7 @@ def summary(res: Results, notes: list[str] = (), bonus_policy: str = DEFAULT_BON
         total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
                                                           "apart from the core points)" if res.bonus_max_score else "")
     parts = [total, "| # | stage | points | status |\n|---|---|---|---|\n" + "\n".join(rows)]
+    notes = [*notes, *([res.ignored_note] if res.ignored_note else [])]
     if notes:
         parts.append("\n".join(f"- {md_text(n)}" for n in notes))
     parts.append("**Next step:** " + md_text(res.next_step))
@@ -121,6 +122,7 @@ def results_json(res: Results, hidden_visibility: str = DEFAULT_HIDDEN_VISIBILIT
         "extra_data": {  # stored for the staff, never shown to students
             "seed": res.seed,
             "bonus": {"score": res.bonus_score, "max_score": res.bonus_max_score, "policy": bonus_policy},
+            "ignored_files": res.ignored_files,  # .py files handed in beside the stage modules, never run
             "stages": {n: {"score": s.score, "max_score": s.max_score, "status": str(s.status),
                            "blocked_by": s.blocked_by} for n, s in res.stages.items()},
         },

@@ -58,9 +58,8 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     if faults:
         lines += ["", c("1", "The kit's own checks failed (not your code; counted as passed):")]
         lines.extend(f"  ! {r.message}" for r in faults)
-    if res.ignored_files:
-        lines += ["", f"Ignored (not stage modules, never run): {', '.join(res.ignored_files)}. Only the stage "
-                  "modules are graded; put helpers inside them."]
+    if res.ignored_note:
+        lines += ["", res.ignored_note]
     if res.protections_off:
         lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
                   "work is at risk; the course's grader runs with all of them):"]
