@@ -15,7 +15,8 @@ from autograder.instructor.notebooks import nbgrader_course
 from autograder.stages import BONUS_POINTS, CORE_POINTS
 
 NBGRADER = Path(sys.executable).with_name("nbgrader")
-pytestmark = pytest.mark.skipif(not NBGRADER.exists(), reason="nbgrader is not installed (requirements-instructor.txt)")
+pytestmark = [pytest.mark.skipif(not NBGRADER.exists(), reason="nbgrader is not installed (requirements-instructor.txt)"),
+              pytest.mark.slow]  # builds and runs the notebook channels: `make test` only (CONTRIBUTING.md)
 MASK_TOP_LEFT = ("return j <= i + (n_k - n_q)", "return j <= i")
 SCALE_MISSING = ("return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)", "return q @ np.swapaxes(k, -1, -2)")
 MISTAKES = {"masking.py": MASK_TOP_LEFT, "scaling.py": SCALE_MISSING}
