@@ -197,8 +197,10 @@ def _make_picks(tmp_path: Path, pythons: dict[str, tuple[bool, bool] | None]) ->
             (bin_dir / name).write_text(f'#!/bin/bash\ncase "$2" in *find_spec*) echo {shared} ;; *) echo {new_enough} ;; esac\n')
         (bin_dir / name).chmod(0o755)
     (tmp_path / "t.mk").write_text(f"include {ROOT / 'setup.mk'}\nshow:\n\t@echo PYTHON=$(PYTHON)\n")
+    # without what the make running these tests exports (.ci/run exports PYTHON; MAKEFLAGS carries its variables)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     p = subprocess.run(["make", "-s", "-f", str(tmp_path / "t.mk"), "show", "SHARED_PYTHONS="], capture_output=True,
-                       text=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+                       text=True, env={**env, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     return p.stdout.strip()
 
 
