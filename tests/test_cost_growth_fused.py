@@ -134,7 +134,8 @@ def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
                                                seed=3, watched=watched)[1] for watched in (True, False)}
         finally:
             m.close()
-        assert abs(peaks[True] - peaks[False]) < 2**20, (folder.name, peaks)  # 4096^2 float32 would be 64 MiB
+        # A materialised 4096 x 4096 float32 mask would be 64 MiB; allocator noise is about 1 MiB (CI saw 1.02 MiB).
+        assert abs(peaks[True] - peaks[False]) < 8 * 2**20, (folder.name, peaks)
 
 
 def test_causal_lower_right_keeps_every_fused_point(tmp_path):
