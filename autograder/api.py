@@ -95,7 +95,7 @@ class ReferenceAPI:
 
 class ReplayAPI:
     """The reference standing in for the student, to tell a check's own fault from the student's
-    (grade.check_at_fault): each name with a declared reference answers with it; a name without one
+    (grade.verdict.check_at_fault): each name with a declared reference answers with it; a name without one
     (a driver, which runs student code in ways only a child can) raises CannotReplay."""
 
     def __init__(self, ref) -> None:

@@ -230,7 +230,7 @@ def agree_with_grade(kit: dict, folder: Path) -> None:
     """Decide each known stage's status again, in stage order, over every stage's latest result, as one
     `make grade` would over all of them (a save in masking.py grades masking alone: 'blocked by scaling'
     needs scaling's latest result)."""
-    from .grade import decide_status
+    from .grade.verdict import decide_status
 
     done: dict = {}
     for s in STAGES:

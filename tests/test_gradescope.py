@@ -315,7 +315,7 @@ def broken_zip(zip_path, dest, member: str, prefix: str):
 
 
 def test_grader_that_raises_at_import_still_writes_results(zip_path, tmp_path):
-    z = broken_zip(zip_path, tmp_path / "broken.zip", "autograder/grade.py", "raise ImportError('numpy is broken')\n")
+    z = broken_zip(zip_path, tmp_path / "broken.zip", "autograder/grade/__init__.py", "raise ImportError('numpy is broken')\n")
     data, = [json.loads(gradescope_local(ROOT / "solutions", z, tmp_path / "gs", python=sys.executable).read_text())]
     assert data["score"] == 0 and data["tests"] == []
     assert "autograder itself failed" in data["output"] and "not a problem with your code" in data["output"]

@@ -156,10 +156,10 @@ def test_stage_may_be_repeated_as_well_as_comma_separated(tmp_path):
 
 def test_every_check_earns_its_stage_points_through_that_stage_own_code(solutions_result):
     """A stage's points are earned by its own files: every check of the solutions' grade called code of its stage's
-    files (grade.calls_own_code, enforced on every passing check under the tests' strict mode). Found by a stranger
+    files (grade.verdict.calls_own_code, enforced on every passing check under the tests' strict mode). Found by a stranger
     attacker: Article B's causal exponentials and their sum were computed with scaled_scores and softmax alone, so a
     masking.py that did not even parse kept 1 of its 16 points."""
-    from autograder.grade import calls_own_code
+    from autograder.grade.verdict import calls_own_code
 
     for name, sr in solutions_result.stages.items():
         for r in sr.checks:

@@ -22,17 +22,18 @@ SCALE_MISSING = ("return (q @ np.swapaxes(k, -1, -2)) / np.sqrt(d_k)", "return q
 MISTAKES = {"masking.py": MASK_TOP_LEFT, "scaling.py": SCALE_MISSING}
 
 
-def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None, nbgrader: Path = NBGRADER,
-          env: dict | None = None) -> tuple[float, str]:
-    """generate_assignment, a submitted notebook, autograde, generate_feedback, export: (score, feedback html).
-    By default with this checkout's nbgrader and the grader on PYTHONPATH; `nbgrader` and `env` name an
-    installed environment instead."""
+def cycle(course: Path, students: dict[str, tuple[str, str] | None | str], nbgrader: Path = NBGRADER,
+          env: dict | None = None) -> dict[str, tuple[float, str]]:
+    """generate_assignment, one submitted notebook per student, one autograde of them all, generate_feedback,
+    export: {student: (score, feedback html)}. A student's entry is "untouched" (the release as handed out) or
+    the solutions with an optional (old, new) edit. By default with this checkout's nbgrader and the grader on
+    PYTHONPATH; `nbgrader` and `env` name an installed environment instead."""
     env = env or {**os.environ, "PATH": f"{NBGRADER.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
 
     said = []
 
     def run(*args):
-        p = subprocess.run([str(nbgrader), *args], cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        p = subprocess.run([str(nbgrader), *args], cwd=course, env=env, capture_output=True, text=True, timeout=1800)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         said.append(p.stdout + p.stderr)
 
@@ -42,16 +43,18 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None, n
     by_id = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source["cells"]}
     text = json.dumps(release)
     assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN" not in text and "hidden = True" not in text
-    if fill == "solutions":
-        for c in release["cells"]:
-            meta = c["metadata"].get("nbgrader", {})
-            if meta.get("solution"):
-                c["source"] = re.sub(r"\s*### (BEGIN|END) SOLUTION\n", "\n", by_id[meta["grade_id"]])
-                if edit and edit[0] in c["source"]:
-                    c["source"] = c["source"].replace(*edit)
-    sub = course / "submitted/alice/attention"
-    sub.mkdir(parents=True, exist_ok=True)
-    (sub / "attention.ipynb").write_text(json.dumps(release))
+    for student, edit in students.items():
+        nb = json.loads(text)
+        if edit != "untouched":
+            for c in nb["cells"]:
+                meta = c["metadata"].get("nbgrader", {})
+                if meta.get("solution"):
+                    c["source"] = re.sub(r"\s*### (BEGIN|END) SOLUTION\n", "\n", by_id[meta["grade_id"]])
+                    if edit and edit[0] in c["source"]:
+                        c["source"] = c["source"].replace(*edit)
+        sub = course / "submitted" / student / "attention"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / "attention.ipynb").write_text(json.dumps(nb))
     run("autograde", "attention", "--force", "--create")
     # the checksum warnings nbgrader prints for nothing (its bug #1961, explained in the course README) name only
     # cells whose hidden checks it removed; any other cell's would be an edit this cycle never made
@@ -61,32 +64,28 @@ def cycle(course: Path, fill: str | None, edit: tuple[str, str] | None = None, n
     assert not warned or "jupyter/nbgrader#1961" in (course / "README.md").read_text()
     run("generate_feedback", "attention", "--force")
     run("export")
-    row = (course / "grades.csv").read_text().splitlines()[1].split(",")
-    return float(row[7]), (course / "feedback/alice/attention/attention.html").read_text()
+    rows = [line.split(",") for line in (course / "grades.csv").read_text().splitlines()[1:]]
+    assert sorted(r[3] for r in rows) == sorted(students)
+    return {r[3]: (float(r[7]), (course / f"feedback/{r[3]}/attention/attention.html").read_text()) for r in rows}
 
 
-@pytest.mark.parametrize("policy", ["folded", "apart"])
-def test_nbgrader_solutions_full_marks(tmp_path, policy):
-    score, _ = cycle(nbgrader_course(tmp_path / "course", policy), "solutions")
-    # every stage's points, the bonus stages' included only where they are folded in (as on Gradescope)
-    assert score == CORE_POINTS + (BONUS_POINTS if policy == "folded" else 0)
-
-
-def test_nbgrader_untouched_release_scores_zero(tmp_path):
-    score, _ = cycle(nbgrader_course(tmp_path / "course"), None)
-    assert score == 0
-
-
-@pytest.mark.parametrize("file", sorted(MISTAKES))
-def test_nbgrader_mistake_loses_its_stage_as_make_grade_does(tmp_path, file):
-    score, feedback = cycle(nbgrader_course(tmp_path / "course", "folded"), "solutions", MISTAKES[file])
-    direct = grade(variant(tmp_path / "v", {file: [MISTAKES[file]]}), seed=0)
-    assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS
-    # the feedback shows the student's report (public checks and the hidden ones' seed-0 twins); the hidden
-    # checks' own run, for the points, prints its score alone
-    assert "with the hidden checks" in feedback
-    if file == "masking.py":
-        assert "causal_mask_reference" in feedback  # a public check, reported
+def test_nbgrader_course_scores_agree_with_make_grade(tmp_path):
+    """One course, one autograde of four students (the solutions, the release untouched, and two mistakes): the
+    solutions get every stage's points (bonus folded in, as on Gradescope), the untouched release 0, and a
+    mistake the score `make grade` gives it, with the student's report in the feedback."""
+    found = cycle(nbgrader_course(tmp_path / "course", "folded"),
+                  {"alice": None, "bob": "untouched", **{f"m-{f.removesuffix('.py')}": e for f, e in MISTAKES.items()}})
+    assert found["alice"][0] == CORE_POINTS + BONUS_POINTS
+    assert found["bob"][0] == 0
+    for file, edit in MISTAKES.items():
+        score, feedback = found[f"m-{file.removesuffix('.py')}"]
+        direct = grade(variant(tmp_path / f"v-{file}", {file: [edit]}), seed=0)
+        assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS, file
+        # the feedback shows the student's report (public checks and the hidden ones' seed-0 twins); the hidden
+        # checks' own run, for the points, prints its score alone
+        assert "with the hidden checks" in feedback
+        if file == "masking.py":
+            assert "causal_mask_reference" in feedback  # a public check, reported
 
 
 OTTER = Path(sys.executable).with_name("otter")
@@ -164,16 +163,18 @@ def installable(lines: list[str]) -> list[str]:
 
 def test_nbgrader_autograde_in_a_venv_made_by_the_course_readme(tmp_path):
     """The course folder's README install (its requirements.txt: nbgrader and the kit's wheel) in a fresh
-    venv, nbgrader from it and no PYTHONPATH: the same score as `make grade`, for a submission with a mistake."""
-    course = nbgrader_course(tmp_path / "course", "folded")
+    venv, nbgrader from it and no PYTHONPATH, a course with the bonus stages apart: the solutions get the core
+    stages' points, and a mistake the same score as `make grade`."""
+    course = nbgrader_course(tmp_path / "course", "apart")
     readme = (course / "README.md").read_text()
     assert ".venv/bin/pip install -r requirements.txt" in readme and ".venv/bin/nbgrader autograde attention" in readme
     venv = fresh_venv(tmp_path / "venv", installable((course / "requirements.txt").read_text().splitlines()), course)
-    score, feedback = cycle(course, "solutions", MISTAKES["masking.py"], nbgrader=venv / "bin" / "nbgrader",
-                            env=clean_env(venv))
+    found = cycle(course, {"alice": None, "carol": MISTAKES["masking.py"]}, nbgrader=venv / "bin" / "nbgrader",
+                  env=clean_env(venv))
+    assert found["alice"][0] == CORE_POINTS  # bonus stages apart: not in the notebook's points
     direct = grade(variant(tmp_path / "v", {"masking.py": [MISTAKES["masking.py"]]}), seed=0)
-    assert score == direct.score + direct.bonus_score < CORE_POINTS + BONUS_POINTS
-    assert "No module named" not in feedback
+    assert found["carol"][0] == direct.score < CORE_POINTS
+    assert all("No module named" not in feedback for _, feedback in found.values())
 
 
 def test_nbgrader_test_cells_grade_once(tmp_path):

@@ -128,10 +128,14 @@ def test_no_failed_stage_shows_full_points_locally(student_repo, tmp_path):
     subs = {}
     for mistake, (edits, stages) in MUTANTS.items():
         subs[mistake] = (str(variant(tmp_path / mistake, edits)), stages)
+    # one fork server per kind of child for the whole batch, as a regrade has (each grade would start its own)
     script = ("import json, sys; sys.path.insert(0, '.'); from autograder.grade import grade\n"
+              "from autograder.sandbox import namespaces\n"
+              "from autograder.sandbox.launchers import warm_launcher\n"
+              "servers = {k: warm_launcher(isolate=namespaces.available(), torch=k == 'torch') for k in ('numpy', 'torch')}\n"
               "out = {}\n"
               "for name, (sub, stages) in json.load(open(sys.argv[1])).items():\n"
-              "    res = grade(sub, stages=stages)\n"
+              "    res = grade(sub, stages=stages, zygote=servers)\n"
               "    out[name] = {n: [s.status, s.score, s.max_score] for n, s in res.stages.items()}\n"
               "print(json.dumps(out))\n")
     (tmp_path / "subs.json").write_text(json.dumps(subs))

@@ -15,7 +15,7 @@ from conftest import ROOT, copy_repo
 from autograder.stages import STAGES
 
 GRADER = ROOT / "autograder"
-PARTS = ("stages", "child", "evidence", "feedback", "sandbox", "report", "instructor", "capstone")
+PARTS = ("stages", "child", "evidence", "feedback", "sandbox", "report", "grade", "instructor", "capstone")
 
 
 def modules(folder: Path, package: str) -> list[str]:
@@ -94,9 +94,9 @@ def test_stage_checks_do_not_reach_into_the_sandbox():
 
 def test_the_top_level_holds_only_entry_points_and_the_core():
     """At most 9 modules beside the parts' folders (the package's __init__ and __main__ aside): the entry points
-    (cli, watch, notebook_cells) and the core (declarations, outcomes, results, grade, api, submission). DESIGN.md
+    (cli, watch, notebook_cells) and the core (declarations, outcomes, results, api, submission). DESIGN.md
     says 8; issue 43's one-way imports moved notebook_cells out of report/ (it runs a grade) and submission out
-    of sandbox/ (it reads the stages' files), and compare into evidence/."""
+    of sandbox/ (it reads the stages' files), and compare into evidence/; grade became a folder (the loop, its verdict rules)."""
     top = sorted(p.stem for p in GRADER.glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(top) <= 9, top
     folders = {p.name for p in GRADER.iterdir() if p.is_dir() and (p / "__init__.py").exists()}

@@ -408,7 +408,7 @@ def _follow_return(submission: Path, file: str, func: str) -> str:
     return func
 
 
-# -- hooks (grade.py) -------------------------------------------------------------------------------
+# -- hooks (grade/) ----------------------------------------------------------------------------------
 
 def located_for(api, ctx, stage: str, submission: Path) -> dict:
     """{stage: Located} for a failing stage, or {} (never lets the grader's own trouble through)."""

@@ -7,23 +7,19 @@ children only compute. The record (autograder/results.py) is filled here once,
 localisation and the next step included.
 """
 import os
-import re
 import threading
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
-from . import KIT_VERSION
-from .api import Context, ReferenceAPI, ReplayAPI, StudentAPI
-from .declarations import Check
-from .feedback import localise, repair
-from .feedback.advice import next_step
-from .feedback.sources import def_line_number, enclosing_function, loop_line, reached_files, rel
-from .outcomes import (
+from ..api import Context, ReferenceAPI, StudentAPI
+from ..declarations import Check
+from ..feedback import localise, repair
+from ..feedback.advice import next_step
+from ..feedback.sources import def_line_number, enclosing_function, loop_line, rel
+from ..outcomes import (
     BudgetSpent,
-    CannotReplay,
     Fail,
     GraderBug,
     GraderEnvironment,
@@ -34,12 +30,13 @@ from .outcomes import (
     StudentTimeout,
     plain,
 )
-from .results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, StageStatus, Where
-from .sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
-from .sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
-from .stages import BY_NAME, FUNCTIONS, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
-from .stages.common import imported_libraries, start_measurements
-from .stages.fixtures import Replayer, load
+from ..results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, Where
+from ..sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
+from ..sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
+from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
+from ..stages.common import imported_libraries, start_measurements
+from ..stages.fixtures import Replayer, load
+from .verdict import calls_own_code, check_at_fault, decide_status, grader_fault, loading_hung, origin_of
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
 # the whole grade's time, under Gradescope's 10 minutes with a margin (ATTN_GRADE_BUDGET or --budget change it)
@@ -56,31 +53,6 @@ def grade_budget(budget: float | None = None) -> float:
         return float(os.environ.get("ATTN_GRADE_BUDGET", DEFAULT_BUDGET_S))
     except ValueError:
         return DEFAULT_BUDGET_S
-
-
-_STAGE_PREFIX = re.compile(r"^\s*(\w+):")
-
-
-def origin_of(error: dict, stage: str) -> str | None:
-    """The stage a student exception belongs to: a 'stage:' prefix in a stub's message, else the file's
-    stage (the stage being graded, for a file it shares with others, such as module.py)."""
-    if error.get("type") == NIE:
-        m = _STAGE_PREFIX.match(error.get("message") or "")
-        if m and m.group(1) in BY_NAME:
-            return m.group(1)
-    if error.get("file") in BY_NAME[stage].files:
-        return stage
-    return stage_of_file(error.get("file"))
-
-
-def reached_stages(submission: Path, called: tuple[str, ...]) -> set[str]:
-    """The stages whose code the called functions can run: followed through the student's own source
-    (which functions each one uses, and what it imports), so a stage is blamed only if it was reached."""
-    files: set[str] = set()
-    for name in called:
-        for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
-            files |= reached_files(submission, file, func)
-    return {s.name for s in STAGES if files & set(s.files)}
 
 
 def where_of(error: dict, submission: Path) -> Where | None:
@@ -122,7 +94,7 @@ def syntax_error_of(submission: Path, file: str) -> dict | None:
     here from the grader's snapshot (static_check.syntax_error, once per file): a stage whose own file does not
     parse keeps none of its points, even where its module was already loaded in the child from somewhere else
     (another module can put one in sys.modules)."""
-    from .sandbox.static_check import syntax_error
+    from ..sandbox.static_check import syntax_error
 
     try:
         found = syntax_error(read_bytes(submission / file), frozenset())
@@ -136,7 +108,7 @@ def syntax_error_of(submission: Path, file: str) -> dict | None:
 
 def refused_why(submission: Path, file: str) -> str | None:
     """Why the import and introspection rule refuses this stage file (static_check), or None."""
-    from .sandbox.static_check import describe, refusals
+    from ..sandbox.static_check import describe, refusals
 
     try:
         found = refusals(read_bytes(submission / file), {f.removesuffix(".py") for f in SUBMISSION_FILES})
@@ -237,18 +209,6 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
     return results
 
 
-def calls_own_code(stage: str, called) -> bool:
-    """Whether the names a check called run code of `stage`'s own files (declarations.Function.code): a check that
-    passes on other stages' functions alone would keep its points for a stage whose files do not even load."""
-    own = set(BY_NAME[stage].files)
-    return any(file in own for name in called if name in FUNCTIONS for file, _ in FUNCTIONS[name].code())
-
-
-def loading_hung(results: list[CheckResult]) -> bool:
-    """Whether a check of the stage timed out in a module's body (its import never finished): every call would."""
-    return any(r.failure == Failure.TIMEOUT and r.where and r.where.function == "<module>" for r in results)
-
-
 STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
 
 
@@ -259,89 +219,12 @@ def environment_message(what: str) -> str:
             "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
 
 
-def check_at_fault(c: Check, ctx: Context, error: Exception) -> bool:
-    """True when the check's own code, not the student's answer, raised `error`: the kind of error no
-    returned value can cause (a name or import the check's code lacks), or the same error again when the
-    reference's answers stand in for the student's (api.ReplayAPI). Where the reference cannot stand in
-    (drivers) or answers differently, the student's value stays the likely cause."""
-    if isinstance(error, (NameError, ImportError)):  # a SyntaxError here comes from parsing the submission's source
-        return True
-    try:
-        with np.errstate(all="ignore"):
-            c.fn(ReplayAPI(ctx.ref), ctx.for_check(c.visibility))
-    except CannotReplay:
-        return False
-    except Exception as again:  # noqa: BLE001 - any failure of the replay is evidence, never a crash
-        return type(again) is type(error) and not isinstance(again, Fail)
-    return False
-
-
-def grader_fault(c: Check, error: Exception) -> str:
-    """What the student reads for a fault in the kit's own check: not their code, nothing lost, what to report."""
-    frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
-    try:  # the kit's file, named from the kit's root: never to be read as the student's file of the same name
-        where = Path(frame.filename).resolve().relative_to(Path(__file__).resolve().parents[1]) if frame else None
-    except ValueError:
-        where = Path(frame.filename).name
-    place = f" at the kit's {where}:{frame.lineno}" if frame else ""
-    return (f"the grader's own check {c.id} failed ({type(error).__name__}: {error}{place}). This is a bug in the "
-            f"kit, not in your code, and it costs you no points. Please report it to your course staff with "
-            f"this line and the kit version ({KIT_VERSION}).")
-
-
 def failed(check: Check, message: str, failure: Failure, **kw) -> CheckResult:
     return CheckResult(check, CheckStatus.FAILED, message, failure, **kw)
 
 
 def not_run(check: Check, message: str, failure: Failure) -> CheckResult:
     return CheckResult(check, CheckStatus.NOT_RUN, message, failure)
-
-
-def _root(stage: str, stages: dict[str, StageResult], reached: set[str] | None = None) -> str:
-    """Follow 'blocked by' back to the stage that fails on its own, as far as the failing code reaches."""
-    seen = set()
-    while stages[stage].status == StageStatus.BLOCKED and stages[stage].blocked_by and stage not in seen:
-        if reached is not None and stages[stage].blocked_by not in reached:
-            break
-        seen.add(stage)
-        stage = stages[stage].blocked_by
-    return stage
-
-
-def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Path) -> None:
-    fails = [r for r in sr.checks if not r.passed and not r.forgiven]
-    if not fails:
-        sr.status = StageStatus.PASSED
-        return
-    if any(r.failure == Failure.MISSING for r in fails):
-        sr.status = StageStatus.NOT_STARTED if all(r.not_run for r in sr.checks) else StageStatus.FAILED
-        return
-    passed_any = any(r.passed for r in sr.checks)
-    if not passed_any and all(r.not_implemented for r in fails) and any(r.origin == sr.stage for r in fails):
-        sr.status = StageStatus.NOT_STARTED
-        return
-    unfinished = {n for n, s in done.items() if s.status != StageStatus.PASSED}
-    others = [r.origin for r in fails if r.origin and r.origin != sr.stage and r.origin in unfinished]
-    named = {m.stage for r in fails for m in mistakes_of(r.diagnosis)}
-    if not others and named and sr.stage not in named:  # the evidence names an earlier stage's mistake
-        others = [s for s in named if s in unfinished]
-    reached = None
-
-    def passed_on_inputs(r) -> bool:  # raised inside a stage that passes on its own: it was handed bad inputs
-        return r.origin is not None and r.origin != sr.stage and r.origin in done and r.origin not in unfinished
-
-    if not others and not named and all((r.error is None or passed_on_inputs(r)) and not r.not_run for r in fails):
-        # wrong numbers, and a stage it uses is wrong: blocked by it only if every failing check ran its code
-        reached = set.intersection(*(reached_stages(submission, r.called) for r in fails))
-        # the stages it declares it calls first, then any other its failing code reached (a bonus stage that
-        # reaches a core stage through one that passes: gqa through heads to masking's offset mask)
-        others = [d for d in (*BY_NAME[sr.stage].calls, *(s.name for s in STAGES))
-                  if d != sr.stage and d in unfinished and d in reached]
-    if others:
-        sr.status = StageStatus.BLOCKED
-        sr.blocked_by = _root(others[0], done, reached)
-        return
-    sr.status = StageStatus.FAILED
 
 
 def reference():
@@ -439,7 +322,7 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                     except BudgetSpent:
                         pass  # the grade's time is out: the stage's results stand without localisation
             if pictures and not torch and not environment:
-                from .report import pictures as pics
+                from ..report import pictures as pics
 
                 drawn.update(pics.collect(api, ctx.ref))
         except GraderBug as e:  # the tests' strict mode: raised again once both children are done
