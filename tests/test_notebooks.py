@@ -140,15 +140,21 @@ def test_otter_scores_agree_with_make_grade(otter_assignment, tmp_path):
     assert sum(otter_run(otter_assignment, solved, tmp_path / "solutions").values()) == CORE_POINTS + BONUS_POINTS
     student = json.loads((otter_assignment / "student" / "attention.ipynb").read_text())
     assert sum(otter_run(otter_assignment, student, tmp_path / "untouched").values()) == 0
-    for file, (old, new) in MISTAKES.items():
-        nb = json.loads(json.dumps(solved))
-        for cell in nb["cells"]:
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            if old in src:
-                cell["source"] = src.replace(old, new)
-        scores = otter_run(otter_assignment, nb, tmp_path / file)
-        direct = grade(variant(tmp_path / f"v-{file}", {file: [(old, new)]}), seed=0)
-        assert scores == {n: s.score for n, s in direct.stages.items()}, file
+    file = "scaling.py"  # masking.py's mistake: the zip's own environment below
+    scores = otter_run(otter_assignment, with_mistake(solved, file), tmp_path / file)
+    direct = grade(variant(tmp_path / f"v-{file}", {file: [MISTAKES[file]]}), seed=0)
+    assert scores == {n: s.score for n, s in direct.stages.items()}, file
+
+
+def with_mistake(notebook: dict, file: str) -> dict:
+    """The notebook with MISTAKES[file]'s edit made in the cell that writes that file."""
+    old, new = MISTAKES[file]
+    nb = json.loads(json.dumps(notebook))
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if old in src:
+            cell["source"] = src.replace(old, new)
+    return nb
 
 
 # This machine has no route to the CPU torch index the requirements name; its torch CPU wheel is local
@@ -190,7 +196,8 @@ def test_nbgrader_test_cells_grade_once(tmp_path):
 def test_otter_zip_grades_in_the_environment_its_own_setup_makes(otter_assignment, tmp_path):
     """The zip alone: its environment.yml's pip requirements (the kit's wheel from its files/, numpy, torch,
     otter) installed from the unpacked zip into a fresh venv, and `otter run` from that venv with no
-    PYTHONPATH, in a folder far from the checkout: the solutions at full points."""
+    PYTHONPATH, in a folder far from the checkout: a submission with a mistake gets what `make grade` gives it,
+    stage by stage."""
     import yaml
 
     zip_path = next((otter_assignment / "autograder").glob("*.zip"))
@@ -207,8 +214,10 @@ def test_otter_zip_grades_in_the_environment_its_own_setup_makes(otter_assignmen
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
     assert found.startswith(str(venv))
     solved = json.loads((otter_assignment / "autograder" / "attention.ipynb").read_text())
-    scores = otter_run(otter_assignment, solved, tmp_path / "run", otter=venv / "bin" / "otter", env=env)
-    assert sum(scores.values()) == CORE_POINTS + BONUS_POINTS
+    scores = otter_run(otter_assignment, with_mistake(solved, "masking.py"), tmp_path / "run",
+                       otter=venv / "bin" / "otter", env=env)
+    direct = grade(variant(tmp_path / "v", {"masking.py": [MISTAKES["masking.py"]]}), seed=0)
+    assert scores == {n: s.score for n, s in direct.stages.items()} and sum(scores.values()) < CORE_POINTS + BONUS_POINTS
 
 
 WHEEL = "attention_kit-0.1.0-py3-none-any.whl"

@@ -229,8 +229,9 @@ def repair_of(loc) -> dict | None:
 
 def confirm_first(done: dict, located: dict, ctx, submission: Path, public_only: bool, timeout: float,
                   zygote=None, left_s: float = REPAIR_BUDGET_S) -> None:
-    """The hook (the grade loop, grade/__init__.py): for the first stage that failed on its own, when its parting line was named, try the
-    derived edits within `left_s`, the grade's time left. Never raises; never changes a result."""
+    """The hook (the grade loop, grade/__init__.py): for the first stage that failed on its own, when its parting
+    line was named, try the derived edits within `left_s`, the grade's time left. Never raises; never changes a
+    result."""
     from ..results import StageStatus
     from ..stages import BY_NAME, SUBMISSION_FILES, checks_to_run
 
