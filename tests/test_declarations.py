@@ -143,6 +143,29 @@ def test_a_mistakes_where_must_name_a_function_or_method_of_its_file(tmp_path, w
             check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
 
 
+@pytest.mark.parametrize("function, ok", [("Toy.go", True), ("go", True), ("helper", True), ("Toy.stop", False),
+                                          ("missing", False)])
+def test_a_probes_function_must_be_one_the_solutions_define(tmp_path, function, ok):
+    """Found by a stranger maintainer: a probe naming `Class.method` matched nothing in localisation, silently (the
+    next step fell back to the def line). It is now refused at import when the solutions define no such function,
+    and `Class.method` is followed like the bare name."""
+    from autograder.declarations import Probe
+    from autograder.feedback.localise import _body_lines
+
+    (tmp_path / "toy.py").write_text("def helper():\n    pass\n\n\nclass Toy:\n    def go(self):\n        x = 1\n"
+                                     "        return x\n")
+    probe = Probe(name="toy_probe", file="toy.py", function=function, args=(), expected=lambda ref: None,
+                  judge=lambda got, want, ref: None)
+    stage = _toy(mistakes=(), probes=(probe,))
+    if ok:
+        check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
+    else:
+        with pytest.raises(DeclarationError, match=r"field `probes`: probe toy_probe: solutions/toy.py defines no"):
+            check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
+    if function.startswith("Toy.go") or function == "go":
+        assert [n for n, _ in _body_lines(tmp_path, "toy.py", function)] == [7, 8]
+
+
 def test_a_class_method_where_opens_at_the_methods_def_line(tmp_path):
     from autograder.feedback.sources import def_line_number
 

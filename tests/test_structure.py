@@ -239,8 +239,8 @@ TOYS = {"autograder/stages/toy.py": TOY_STAGE, "solutions/toy.py": TOY_SOLUTION,
 def toy_kit(tmp_path_factory):
     """A copy of the kit (tracked files) with a toy bonus stage and a toy core stage added, three new files each."""
     kit = copy_repo(tmp_path_factory.mktemp("kit") / "kit")
-    new = TOYS
-    for name, text in new.items():
+    for name, text in TOYS.items():
+        assert not (kit / name).exists(), f"the kit has its own {name} now: give this test's toy stage another name"
         (kit / name).write_text(text)
     return kit
 
@@ -438,6 +438,7 @@ def test_a_class_based_stage_is_three_files_with_no_driver(tmp_path):
     kit = copy_repo(tmp_path / "kit")
     for name, text in {"autograder/stages/window.py": WINDOW_STAGE, "solutions/window.py": WINDOW_SOLUTION,
                        "attn_ref/window.py": WINDOW_REFERENCE}.items():
+        assert not (kit / name).exists(), f"the kit has its own {name} now: give this test's toy stage another name"
         (kit / name).write_text(text)
 
     def grade_in_kit(folder: Path) -> str:

@@ -60,7 +60,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
         except StudentAborted:
             return None
         except Fail:  # the caller's arrays changed: the line that wrote into one
-            found = _mutation(api, p, passed - {(p.file, p.function)})
+            found = _mutation(api, p, passed - {(p.file, _bare(p.function))})
             if found is not None:
                 return found
             continue
@@ -72,7 +72,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
                 at = follow_sdpa(api, p)
                 if at is not None:
                     return Located(p.stage, at["file"], at["function"], at["line"], diagnosis, evidence, steps=[at])
-            followed = follow_values(api, ref, p, passed - {(p.file, p.function)})
+            followed = follow_values(api, ref, p, passed - {(p.file, _bare(p.function))})
             if followed is not None and followed[0] is not None:
                 file, func, line, steps = followed
                 return Located(p.stage, file, func, line, diagnosis, evidence, steps=steps)
@@ -87,7 +87,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
                 line_in(submission, p.file, func, diagnosis)
             return Located(p.stage, p.file, func, line or 0, diagnosis, evidence) if line else None
         right.add(p.name)
-        passed.add((p.file, p.function))
+        passed.add((p.file, _bare(p.function)))
     return None
 
 
@@ -246,7 +246,7 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     for r in records:
         verdict, label = _judge(r, want)
         # the probed function's own answer is known wrong: equal to an earlier step, a step was left out
-        if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == p.function \
+        if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == _bare(p.function) \
                 and verdict == "right" and label != final:
             verdict = "skipped"
         if verdict == "other" and not r.get("corner"):  # of no step's shape: a reduction over another axis?
@@ -347,7 +347,18 @@ def _error_diagnosis(p: Probe, info: dict, right: set[str]) -> tuple[str | None,
 
 
 
+def _bare(function: str) -> str:
+    """A probe's function as the tracer records it: `Class.method` is `method`."""
+    return function.rpartition(".")[2]
+
+
 def _function_node(tree: ast.AST, name: str) -> ast.FunctionDef | None:
+    """The def of `name`: a function, or `Class.method` (the method inside that class)."""
+    owner, _, name = name.rpartition(".")
+    if owner:
+        tree = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner), None)
+        if tree is None:
+            return None
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node

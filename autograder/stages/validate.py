@@ -101,6 +101,10 @@ def check_declarations(stages: list[Stage], solutions: Path | None = SOLUTIONS, 
         for p in s.probes:
             if p.file not in s.files:
                 _fail(s, "probes", f"probe {p.name} reads {p.file}, not one of the stage's files {s.files}")
+            path = solutions / p.file if solutions is not None else None
+            if path is not None and path.is_file() and defined_at(path.read_text(), p.function) is None:
+                _fail(s, "probes", f"probe {p.name}: solutions/{p.file} defines no function or method "
+                                   f"{p.function!r} (write 'function' or 'Class.method')")
     if solutions is not None and solutions.is_dir():
         for s in stages:
             _rules(s, solutions, extra_rules)
