@@ -67,6 +67,11 @@ class ServerGone(RuntimeError):
     """The batch's fork server died (see launchers.ForkServer.alive)."""
 
 
+class ServerNeverStarted(ServerGone):
+    """The fork server never said it was ready (its interpreter or its packages are missing): a worker then starts
+    new interpreters instead, whose start says what is missing in the environment's words (runner.Worker.start)."""
+
+
 class DeclarationError(Exception):
     """A stage's declaration is inconsistent (stages/validate.py): raised when the stages are imported."""
 

@@ -175,11 +175,16 @@ LINGER = ("_sys = typing.sys\n_lock = _sys.modules['_thread'].allocate_lock\n\n\
           "                lock.acquire(timeout=8.0)\n\n\n_OUT = _Out(_sys.stdout)\n_sys.stdout = _OUT\n")
 
 
-def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tmp_path, static_check_off, monkeypatch):
-    """A quadratic decode step that, once measured, keeps its process alive past the grader's wait: killed from
-    outside, the child's peak never reaches the parent (only the process in front of it is reaped). That is a
-    measurement it kept from being read: the check fails, said so, and the stage gets no more than its honest twin."""
+@pytest.mark.parametrize("launcher", ["fork server", "new interpreters"])
+def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tmp_path, static_check_off, monkeypatch,
+                                                                               launcher):
+    """A quadratic decode step that, once measured, keeps its process alive past the grader's wait. Started as a new
+    interpreter (macOS, no fork), killed from outside, the child's peak never reaches the parent (only the process in
+    front of it is reaped): a measurement it kept from being read, so the check fails and says so. Forked (make
+    grade), the server reaps it with its peak, and the growth fails it. Either way the stage gets no more than its
+    honest twin."""
     from autograder.sandbox import runner
+    from autograder.sandbox.launchers import SubprocessLauncher
 
     monkeypatch.setattr(runner, "LINGER_S", 3.0)
     edits = {e.file: [] for e in QUADRATIC_STEP}
@@ -188,9 +193,10 @@ def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tm
     edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n\n" + LINGER),
                            (MODULE_RETURN, "        if cache is not None and cache.length > 700:\n"
                                            "            _OUT.armed = True\n" + MODULE_RETURN)]
-    st = grade(variant(tmp_path, edits), stages=["kv_cache"]).stages["kv_cache"]
+    fresh = SubprocessLauncher() if launcher == "new interpreters" else None
+    st = grade(variant(tmp_path, edits), stages=["kv_cache"], zygote=fresh).stages["kv_cache"]
     cost = {r.check.name: r for r in st.checks}["decode_step_cost_linear"]
-    assert not cost.passed and "kept running" in cost.message, cost.message
+    assert not cost.passed and ("kept running" in cost.message or not fresh), cost.message
     assert st.score <= st.max_score - cost.check.points
 
 

@@ -31,9 +31,9 @@ from ..outcomes import (
     plain,
 )
 from ..results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, Where
-from ..sandbox.runner import BUDGET_MESSAGE, Worker, capped, protections
+from ..sandbox.runner import BUDGET_MESSAGE, Worker, capped, close_launchers, prestart, protections
 from ..sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
-from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, mistakes_of, stage_of_file
+from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, child_kinds, mistakes_of, stage_of_file
 from ..stages.common import imported_libraries, start_measurements
 from ..stages.fixtures import Replayer, load
 from .verdict import calls_own_code, check_at_fault, decide_status, grader_fault, loading_hung, origin_of
@@ -240,29 +240,38 @@ def reference():
 
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
-          workers: dict | None = None, pictures: bool = False, budget: float | None = None) -> Results:
+          workers: dict | None = None, pictures: bool = False, budget: float | None = None,
+          confirm: bool = True) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
     a zygote (launchers.ForkServer) forks both children instead of starting new interpreters (batches; there the
     numpy child inherits the server's imported torch, unused), or one zygote per kind of child
     ({"numpy": ..., "torch": ...}: a regrade's numpy children fork from a server without torch);
-    `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart);
-    `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run."""
+    `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart); with neither, the grade
+    starts its own as `make grade` does (prestart: a fork server per side where forking is safe) and ends them;
+    `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run;
+    `confirm`: try the named change at the first failing stage's parting line as an edit (feedback/repair.py);
+    `make watch` turns it off, its answer to a save must stay fast."""
     t0 = time.monotonic()
     budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
+    own = None
+    if not workers and zygote is None:  # every child a fork of a server that loaded numpy (torch) once
+        own = workers = prestart(submission, child_kinds(stages), timeout)
     # what every part of this grade reads: with workers started ahead (prestart), the snapshot taken then
     snap = (current(submission) if workers else None) or take(submission)
     try:
         return _grade(submission, snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
-                      workers, pictures)
+                      workers, pictures, confirm)
     finally:
         release(snap)
+        if own:
+            close_launchers(own)
 
 
 def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
-           zygote, workers, pictures) -> Results:
+           zygote, workers, pictures, confirm) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
@@ -351,10 +360,11 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
         decide_status(sr, done, submission)
         done[s.name] = sr
-    # the named change at the first failing stage's parting line, tried as an edit of a copy (feedback only); not
-    # in `make watch` (workers started ahead), whose answer to a save must stay fast
-    if not workers:
-        repair.confirm_first(done, located, ctx, submission, public_only, timeout, zygote,
+    # the named change at the first failing stage's parting line, tried as an edit of a copy (feedback only), its
+    # children forked from the grade's own servers where it has them
+    if confirm:
+        servers = zygote if zygote is not None else {k: w.launcher for k, w in (workers or {}).items()} or None
+        repair.confirm_first(done, located, ctx, submission, public_only, timeout, servers,
                              left_s=t0 + budget_s - time.monotonic())
     # files that are not stage modules (exercises/__init__.py is the kit's own package marker: not worth a line)
     ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in (*SUBMISSION_FILES, "__init__.py"))

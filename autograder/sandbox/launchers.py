@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..child import policy
-from ..outcomes import ServerGone
+from ..outcomes import ServerGone, ServerNeverStarted
 from . import namespaces
 
 CHILD_DIR = Path(__file__).resolve().parent.parent / "child"  # all of the grader a child can see
@@ -307,6 +307,7 @@ class ForkServer:
     def __init__(self, lock=None, isolate: bool = False, hide: list[Path] = (), wait: bool = True,
                  torch: bool = True) -> None:
         self.torch = torch  # False: numpy alone is loaded there, for the numpy children (lighter to fork and end)
+        self.hide = list(hide)  # what its children's view leaves out (and a fallback launcher's: Worker.start)
         self.home = Path(tempfile.mkdtemp(prefix="attn-zygote-"))
         script = copy_child_files(self.home).with_name("fork_server.py")
         self.home.chmod(0o755)
@@ -342,7 +343,7 @@ class ForkServer:
         except (OSError, ValueError):
             line = {}
         if not isinstance(line, dict) or line.get("ready") is not True:
-            raise ServerGone("the fork server did not start")
+            raise ServerNeverStarted("the fork server did not start")
         self.ready = True
         self._line_read.value = 1
 

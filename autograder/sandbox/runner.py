@@ -21,7 +21,17 @@ from typing import Any
 
 from ..child import no_processes, no_writes
 from ..child.policy import Limits, child_memory, plan
-from ..outcomes import BudgetSpent, GraderEnvironment, NeverLoaded, StudentCrash, StudentError, StudentTimeout, plain, plain_data
+from ..outcomes import (
+    BudgetSpent,
+    GraderEnvironment,
+    NeverLoaded,
+    ServerNeverStarted,
+    StudentCrash,
+    StudentError,
+    StudentTimeout,
+    plain,
+    plain_data,
+)
 from . import launchers, namespaces
 from .launchers import (
     ONE_THREAD,
@@ -205,6 +215,12 @@ class Worker:
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise GraderEnvironment(f"the interpreter that runs the children could not be started "
                                     f"({e.filename or launchers.interpreter()[0]}: {e.strerror or e})") from None
+        except ServerNeverStarted:  # its interpreter or numpy is missing: new interpreters say which, in words
+            self._log.close()
+            self._log_r.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.launcher = SubprocessLauncher(hide=getattr(self.launcher, "hide", []))
+            return self.start()
         except BaseException:  # the fork server is gone, or the grade was stopped: no scratch folder stays behind
             self._log.close()
             self._log_r.close()
