@@ -268,6 +268,32 @@ def test_a_named_change_that_an_edit_confirms_says_so_and_the_last_rung_gives_th
     assert not any("w_v" in r for r in rungs[:-1]), rungs
 
 
+def test_make_grade_confirms_the_edit_as_the_api_does_and_make_hint_ends_on_it(tmp_path):
+    """The confirmation ran only where a grade started its own children (the API): `make grade` and Gradescope start
+    theirs ahead, and said nothing of it, so the hint ladder's last rung never gave the edit to a student. Through
+    the CLI now: the same sentence, and `python -m autograder hint` (what `make hint` runs) ends on the edit."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    m = next(m for m in MUTANTS if m.id == "v-projected-with-w_k")
+    sub = variant(tmp_path, m.edits)
+    env = {**os.environ, "NO_COLOR": "1"}
+
+    def cli(*args: str) -> str:
+        p = subprocess.run([sys.executable, "-m", "autograder", *args], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode in (0, 1), p.stdout + p.stderr
+        return p.stdout
+
+    out = cli("grade", "--submission", str(sub), "--stage", ",".join(m.stages))
+    assert "Confirmed: with the operand `w_v` where `w_k` was on line" in " ".join(out.split()), out
+    rungs = [cli("hint", "--submission", str(sub), m.stages[-1]) for _ in range(6)]
+    assert any("to `v = x @ w_v" in " ".join(r.split()) for r in rungs), rungs[-1]
+
+
 def test_no_edit_derived_no_claim(tmp_path):
     """The default axis 0 makes the row maxima over axis 0 at a line holding `axis=axis`: named, nothing to edit."""
     from autograder.feedback.repair import repair_of
