@@ -54,8 +54,8 @@ def png_images(text: str) -> list:
 
 def pytest_configure(config) -> None:
     # a test's tier is a marker at the test (CONTRIBUTING.md, "The test tiers"), never a list of names here
-    config.addinivalue_line("markers", "slow: builds or runs a whole channel, or repeats a faster test's case; "
-                                       "left out of `make test-fast`")
+    config.addinivalue_line("markers", "slow: builds or runs a whole channel, repeats a faster test's case, or "
+                                       "takes more than about 8 s alone; left out of `make test-fast`")
     config.addinivalue_line("markers", "serial: needs the machine to itself (a CPU-limited cgroup, a latency "
                                        "figure); `make test` runs these after the others, one at a time")
     config.addinivalue_line("markers", "sweep: a cost rule over 20 seeds (gates lose, correct code keeps): "

@@ -18,6 +18,7 @@ def graded(tmp_path_factory):
             "zero-mask": grade(variant(tmp_path_factory.mktemp("zm"), {"masking.py": [ZERO_MASK]}), seed=0)}
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("policy", BONUS_POLICIES)
 def test_gradescope_score_is_its_tests_sum_and_classrooms_total(graded, policy):
     for name, res in graded.items():
@@ -95,6 +96,7 @@ def test_an_apart_bonus_cell_is_worth_nothing_and_returns_nothing():
                 assert meta["points"] == stage.points and last == "score"
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_folded_release_totals_as_the_autograder_does(tmp_path):
     """Found by a stranger TA: `make release BONUS=folded` changed only the Classroom workflow, so the student's
     `make grade` still said the bonus was apart while Gradescope and Classroom counted it. The release carries

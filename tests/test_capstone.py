@@ -48,6 +48,7 @@ def test_the_stubs_are_refused_with_the_stage_to_start(repo):
     assert "stage 6 (heads) has not passed: not started" in p.stdout, p.stdout
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_make_capstone_gpt2_runs_the_tiny_checkpoint_through_the_students_attention(repo, tmp_path):
     folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
     p = make(repo, f"SUBMISSION={SOLUTIONS}", "MODEL=gpt2", f"GPT2_DIR={folder}")
@@ -175,6 +176,7 @@ def test_the_task_has_distinct_tokens_repeated_once_and_weights_only_the_predict
         assert wt.nonzero().flatten().tolist() == list(range(L, 2 * L - 1))
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_training_is_deterministic_under_its_seed():
     task = Task()
 
@@ -226,6 +228,7 @@ def test_a_module_that_cannot_learn_is_refused_before_training(edit, said, tmp_p
     assert trainable(Decoder(Config(vocab=task.vocab, n_ctx=2 * task.max_len), good), task) is None
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_steps_below_one_and_an_unreachable_download_are_said_in_words(repo, tmp_path):
     p = make(repo, f"SUBMISSION={SOLUTIONS}", "STEPS=0")
     assert p.returncode != 0 and "at least one training step" in p.stdout + p.stderr, p.stdout + p.stderr
@@ -346,6 +349,7 @@ def test_a_checkpoint_without_its_config_or_bpe_says_which_file_it_needs(tmp_pat
     assert f"no {big / 'vocab.json'}, {big / 'merges.txt'}" in error and g.URL + "vocab.json" in error, error
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_make_capstone_gpt2_on_a_truncated_checkpoint_says_so_without_a_traceback(repo, tmp_path):
     folder = tiny_gpt2_checkpoint(tmp_path / "gpt2")
     cut_in_half(folder / "model.safetensors")

@@ -46,6 +46,7 @@ def test_a_module_with_per_head_mask_buffers_keeps_every_point(tmp_path):
     assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_the_quadratic_step_loses_with_its_growth_shown(tmp_path):
     edits: dict = {}
     for e in QUADRATIC_STEP:
@@ -56,6 +57,7 @@ def test_the_quadratic_step_loses_with_its_growth_shown(tmp_path):
     assert st.score == st.max_score - cost.check.points  # its outputs are right: only the cost check is lost
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("threshold", [200, 776])
 def test_a_step_gated_on_the_cache_size_loses(threshold, tmp_path):
     """Linear only from a cache size on (the issue's `if cache.max_len >= 700`): measured below its switch too."""
@@ -72,6 +74,7 @@ def test_a_step_gated_on_the_call_count_loses(tmp_path):
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_nothing(tmp_path, monkeypatch):
     """Where the system cannot count one call (no /proc: macOS), the whole child's CPU time is the fallback and its
     memory is not judged (its peak holds the module's build), said in the message: the per-head mask module keeps

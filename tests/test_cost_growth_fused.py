@@ -122,6 +122,7 @@ def test_a_few_mib_of_allocator_noise_is_not_a_t_by_t_matrix():
     assert growth.Growth(sizes, (0, 0, 4 * 7344**2), own).broken() == 1
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
     """Found by a stranger: the spy compared a float mask with 0 and 1, which materialised a CausalBias as a T x T
     tensor (386 MiB watched, 4.5 MiB not). The spy now records types, shapes and dtypes only: a correct call's
@@ -138,12 +139,14 @@ def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
         assert abs(peaks[True] - peaks[False]) < 8 * 2**20, (folder.name, peaks)
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_causal_lower_right_keeps_every_fused_point(tmp_path):
     sub = _submission(tmp_path, "lower-right", {"fused.py": _fused_body(LOWER_RIGHT)})
     st = grade(sub, stages=["fused"], seed=5).stages["fused"]
     assert st.score == st.max_score, [(r.check.name, r.message) for r in st.checks if not r.passed]
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("seed", [0, 11])
 def test_fused_growth_of_correct_quadratic_and_gated_code(tmp_path, seed):
     """Correct code keeps the rule, T x T code breaks it near 4x per doubling, and a switch to SDPA at a length

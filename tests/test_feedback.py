@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 
+import pytest
 from conftest import EXERCISES, MUTANTS, ROOT, SOLUTIONS, Watching, grade, variant
 
 from autograder.feedback.hints import next_hint, remember_run
@@ -83,6 +84,7 @@ def test_make_grade_v1_shows_every_failing_check(tmp_path):
     assert "more failing checks" not in full and full.count("\n  x ") > short.count("\n  x ") >= 4
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_watch_draws_one_screen_per_save(tmp_path):
     sub = tmp_path / "exercises"
     shutil.copytree(EXERCISES, sub)

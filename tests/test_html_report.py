@@ -22,6 +22,7 @@ def report(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_report_is_self_contained_and_complete(report):
     text = report.read_text()
     assert not re.search(r"(src|href)=['\"]https?://", text), "the report must not fetch anything"
@@ -47,6 +48,7 @@ def test_report_renders_in_chromium(report, tmp_path):
     assert img.shape[0] >= 1000 and img.std() > 10  # something was drawn, not a blank page
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_report_shows_the_next_hint_rung_only(report, tmp_path):
     """Each failing stage's hint section holds the rung `make hint` gives next, not the whole ladder; after
     `make hint` the next report shows the rung after it."""

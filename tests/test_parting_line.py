@@ -133,6 +133,7 @@ def test_a_length_off_leads_with_the_lengths_and_claims_nothing_per_append(tmp_p
     assert "[False" not in first.message and "inferred-" not in res.next_step, res.next_step
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_kept_result_is_not_called_dropped(tmp_path):
     """Precision: the cache's result is assigned, the mistake is in the `attend` it reaches: pointed there."""
     sub = variant(tmp_path, {"module.py": [(ATTEND_FILL, ATTEND_FILL.replace("~allowed", "allowed"))]})

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import GRADER_ROOT, MUTANTS, ROOT, grade, variant
 
 from autograder import grade as grading
@@ -52,6 +53,7 @@ def test_a_diagnosis_is_data_not_a_line_of_the_message(tmp_path):
     assert all("**Diagnosis** softmax-no-exp:" in t["output"] for t in tests)
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_hang_is_a_timeout_and_the_class_report_reads_the_kind(tmp_path):
     res = grade(variant(tmp_path, {"scores.py": [LOOP]}), stages=["dot_products"], timeout=1.0)
     kinds = [r.failure for r in res.stages["dot_products"].checks if not r.passed]

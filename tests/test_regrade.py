@@ -48,6 +48,7 @@ def test_regrade_folder(tmp_path):
     assert any(t["extra_data"]["diagnosis"] == "mask-top-left" for t in carol["tests"])
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_zygote_children_are_sandboxed_like_spawned_ones(tmp_path):
     """Forked from the fork server, a torch child still crashes alone, times out alone, and is swept."""
     from conftest import grade
@@ -151,6 +152,7 @@ def test_the_fork_server_option_grades_the_same_and_puts_the_modes_back(tmp_path
     assert {p: p.stat().st_mode for p in modes} == modes
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.skipif(not separate_user_possible() or not namespaces.available(),
                     reason="the fork server's namespaces are tested as root, where they exist")
 def test_a_fork_server_child_can_neither_read_dist_nor_reach_the_network(tmp_path, monkeypatch):

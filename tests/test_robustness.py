@@ -27,6 +27,7 @@ def test_endless_loop_costs_only_its_stage(tmp_path):
     assert sum("did not finish" in m and not m.startswith("not run") for m in msgs) <= 2
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_module_that_never_finishes_loading_is_waited_for_once_and_costs_only_what_loads_it(tmp_path):
     """An endless loop in a file's body hangs every start that imports it, whatever the call: the grade waits out
     its limit once (it had waited three times, twice more for each stage using it: 116 s of one regrade), then
@@ -56,6 +57,7 @@ def test_a_module_that_never_finishes_loading_is_waited_for_once_and_costs_only_
     assert f"softmax.py never finished loading: line {line}, outside any function" in res.next_step
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_hang_in_another_stages_code_blocks_a_stage_after_one_limit(tmp_path):
     """Found by a stranger TA: an endless loop in causal_mask cost heads, gqa and rope two limits each (the second
     three times as long, in a fresh child), 150 s of one submission's regrade, and they read as failed. A stage

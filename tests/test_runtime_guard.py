@@ -49,6 +49,7 @@ def test_reaching_past_the_rule_at_run_time_is_stopped_with_the_rule(name, tmp_p
     assert not mark.exists()
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_thread_of_library_code_gets_no_more_than_the_student_would(tmp_path, static_check_off):
     """A thread whose target is a builtin has no student frame on its stack (here `list.extend` drawing from
     `map(open, ...)`: the file is opened by C code alone): any thread but the main one counts as the
@@ -126,6 +127,7 @@ FORGE_DECODE = ("        drivers = typing.sys.modules.get('autograder.child.driv
 MODULE_RETURN = "        return self.merge(y)  # [B, T, C]\n"
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("forged", [False, True])
 def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, static_check_off):
     """A decode step that recomputes the scores of every position pair loses the cost check and is named; what it
@@ -147,6 +149,7 @@ def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, sta
     assert st.score == honest if not forged else st.score <= honest
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_decode_cost_holds_in_a_grown_grader(tmp_path):
     """A forked child's peak starts at its parent's resident size: from a grader grown past the child's own peak
     (a long batch, the tests' own process) a quadratic step once read as no more than a correct one. Children are
@@ -175,6 +178,7 @@ LINGER = ("_sys = typing.sys\n_lock = _sys.modules['_thread'].allocate_lock\n\n\
           "                lock.acquire(timeout=8.0)\n\n\n_OUT = _Out(_sys.stdout)\n_sys.stdout = _OUT\n")
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("launcher", ["fork server", "new interpreters"])
 def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tmp_path, static_check_off, monkeypatch,
                                                                                launcher):
@@ -268,6 +272,7 @@ def test_a_message_with_lines_of_its_own_stays_under_its_check(tmp_path):
     assert len(terminal(res).splitlines()) < len(terminal(res, verbose=True).splitlines()) and MESSAGE_LINES < 30
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_submission_sleeping_at_import_everywhere_ends_with_the_budget_and_a_complete_record(tmp_path):
     """Every stage module sleeps at import: once the whole grade's budget is out, the checks left fail with
     that message, and the record, results.json and the stage table still hold every stage and check."""

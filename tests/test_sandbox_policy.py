@@ -283,6 +283,7 @@ def test_the_secret_never_travels_on_a_command_line(tmp_path):
     assert "--secret-file" in help_text and "--secret " not in help_text
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_the_zips_secret_is_kept_beside_it_for_a_regrade(tmp_path, monkeypatch):
     """`make autograder` writes the course secret beside the zip, readable by its owner alone; a rebuild with no
     secret given keeps it; `regrade --secret-file` with that file draws the seeds the zip draws on Gradescope."""
@@ -397,6 +398,7 @@ def test_a_measurement_started_ahead_is_the_one_its_check_takes(tmp_path):
     w.close()
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_decode_work_hidden_in_numpy_is_caught(tmp_path):
     """A quadratic decode step done on numpy copies still raises the child's peak memory, which the parent reads:
     the cost check fails and names the mistake; the other checks pass."""
@@ -446,6 +448,7 @@ PADDED = ("            k, v = cache.append(k, v)  # [B, H, L, D]: every cached t
           "            return self.merge(y[..., L - T:, :])\n")
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.parametrize("edit", [ROW_BY_ROW, PADDED], ids=["row by row", "padded at shorter lengths"])
 def test_a_quadratic_decode_step_done_a_few_rows_at_a_time_is_caught_by_its_cpu_time(tmp_path, edit):
     """Redoing every pair of positions a few rows at a time keeps the step's memory small and its output right,
@@ -556,6 +559,7 @@ PRELOAD_PROBE = ("import typing\nLOADED_FIRST = set(typing.sys.modules)\n"  # wh
                  "def loaded_first(name):\n    return name in LOADED_FIRST\n")
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_the_grading_child_loads_the_torch_parts_the_stages_import_in_its_start(tmp_path, monkeypatch):
     """A top-level import of a heavy part of torch (torch._dynamo, through causal_lower_right) loads in the torch
     child's start, before its first call's clock: the grade names it from the stages' files, the child loads it."""
@@ -596,6 +600,7 @@ def _replaced(tmp_path, name: str, file: str, start: str, end: str, body: str):
     return dest
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_measured_call_right_only_where_the_small_checks_look_gains_nothing(tmp_path):
     """Found by a stranger attacker: the memory checks' calls (T = 8192 fused, n = 4096 tiled) were judged by the
     output's shape, so an untiled, unfused version that returned zeros at those sizes kept its memory small and
@@ -644,6 +649,7 @@ def _first_call_only(tmp_path, name: str, file: str, start: str, end: str, rest:
      "    T_q, T_k = q.shape[-2], k.shape[-2]\n" + HAND_FUSED),
     ("tiled", "tiled.py", "    n_k, d_v = v.shape\n", "        out[i0:i1] = acc / l[:, None]\n    return out\n", HAND_TILED),
 ], ids=["fused", "tiled"])
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_measured_call_right_only_on_its_process_first_call_gains_nothing(tmp_path, stage, file, start, end, rest):
     """Left by a stranger attacker: a measuring child was fresh and made one call, so code fused (or tiled) only on
     its process's first call, and unfused everywhere else, kept the memory check its honest twin loses. A measuring

@@ -33,6 +33,7 @@ def modules(folder: Path, package: str) -> list[str]:
 ALL = modules(GRADER, "autograder") + modules(ROOT / "attn_ref", "attn_ref")
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_every_module_imports_first_in_a_fresh_interpreter():
     """Any module imported before all others works: no import cycle hides behind an import order."""
     script = (
@@ -434,6 +435,7 @@ class Window:
 '''
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_class_based_stage_is_three_files_with_no_driver(tmp_path):
     kit = copy_repo(tmp_path / "kit")
     for name, text in {"autograder/stages/window.py": WINDOW_STAGE, "solutions/window.py": WINDOW_SOLUTION,
@@ -470,3 +472,21 @@ def test_no_test_file_imports_another():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.startswith("test_")]
     assert not found, "move what they share to tests/conftest.py:\n" + "\n".join(found)
+
+
+def test_every_test_file_but_a_channels_keeps_a_test_in_test_fast():
+    """The tiers (CONTRIBUTING.md): a file marked slow at its top is a channel's; any other keeps at least one test
+    without the slow marker, so `make test-fast` still reaches every part the file covers."""
+    import ast
+
+    bare = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        top = [n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark"
+                                                                          for t in n.targets)]
+        if any("slow" in ast.unparse(n.value) for n in top):
+            continue
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        if tests and all(any("slow" in ast.unparse(d) for d in n.decorator_list) for n in tests):
+            bare.append(path.name)
+    assert not bare, f"every test of these is slow: mark the file (pytestmark) or keep one fast: {bare}"

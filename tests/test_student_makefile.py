@@ -10,6 +10,8 @@ from conftest import ROOT, SOLUTIONS, output_until, share_venv, tiny_gpt2_checkp
 
 from autograder.instructor.build import release
 
+pytestmark = pytest.mark.slow  # builds the release and runs its Makefile: `make test` only (CONTRIBUTING.md)
+
 
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
@@ -29,14 +31,12 @@ def targets(makefile: str) -> set[str]:
     return {t for t in re.findall(r"^([a-z][\w-]*):", makefile, re.M)}
 
 
-@pytest.mark.slow
 def test_the_release_makefile_is_student_mk(student):
     assert (student / "Makefile").read_text() == (ROOT / "student.mk").read_text()
     assert "include student.mk" in (ROOT / "Makefile").read_text()
     assert (student / "setup.mk").read_text() == (ROOT / "setup.mk").read_text()
 
 
-@pytest.mark.slow
 def test_every_target_of_the_student_makefile_runs(student):
     ran = {"help", "student-help"}
     make(student, "setup")  # the shared .venv is set up already: nothing to do, and nothing fails

@@ -3,6 +3,7 @@ the line it was running."""
 import json
 import re
 
+import pytest
 from conftest import grade, variant
 
 from autograder.instructor.build import student_readme
@@ -64,6 +65,7 @@ def test_the_student_readme_says_where_prints_go():
     assert "shown under a failing check in `make grade`" in text and "`report.html`" in text
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_hang_names_the_line_it_was_running(tmp_path):
     loop = D_K + "    total = 0\n    while True:\n        total += d_k\n"
     sub = variant(tmp_path, {"scaling.py": [(D_K, loop)]})
@@ -79,6 +81,7 @@ def test_a_hang_names_the_line_it_was_running(tmp_path):
     assert re.search(r"scaling\.py:(\d+)", res.next_step).group(1) in {str(n) for n in loop_lines}, res.next_step
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_hang_in_a_torch_stage_names_its_line(tmp_path):
     loop = "        B, T, C = x.shape\n        while T > 0:\n            C += 1\n"
     sub = variant(tmp_path, {"module.py": [("        B, T, C = x.shape\n", loop)]})

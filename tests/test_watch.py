@@ -85,6 +85,7 @@ watchfiles.watch = never
 """
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_save_no_file_event_announces_is_graded_all_the_same(tmp_path):
     """Found by a flaky CI run: a save made as watch's listener was starting was never graded (the screen kept
     the old verdict for good). Events can be missed, and some mounts send none: watch also compares the folder's
