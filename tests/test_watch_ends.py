@@ -137,19 +137,31 @@ def submission(tmp_path: Path) -> Path:
     return sub
 
 
-def hang_a_grade(sub: Path, tmp: Path, root: int, output) -> None:
-    """After the first screen: a save whose import hangs, and a wait until the child is in it."""
+def hang_a_grade(sub: Path, tmp: Path, root: int, output) -> dict[int, str]:
+    """After the first screen: a save whose import hangs, and a wait until the child is in it. Returns the
+    tree under `root` then (pid -> command line), a forked child of the hanging grade in it."""
     assert wait_until(lambda: "Next step" in output()), output()[-2000:]
     (sub / "softmax.py").write_text(HANG + (sub / "softmax.py").read_text())
     # the grade is in flight (a second after it began, its screen says so; a measuring child of the first grade
-    # may still be ending before that): its scratch folders exist, and so does a child of the fork server
+    # may still be ending before that, so a child counts once it is still there a second later): its scratch
+    # folders exist, and so does a child of the fork server
     assert wait_until(lambda: "grading ..." in output()), output()[-2000:]
-    if not wait_until(lambda: any(tmp.glob("attn-grade-*")) and forked_children(root)):
+    found: dict[int, str] = {}
+
+    def hanging() -> bool:
+        before = forked_children(root)
+        time.sleep(1)
+        found.clear()
+        found.update(tree(root))
+        return bool(any(tmp.glob("attn-grade-*")) and set(before) & set(forked_children(root)) & set(found))
+
+    if not wait_until(hanging):
         watcher = [p for p, args in tree(root).items() if " -m autograder watch " in args]
         for pid in watcher:  # where its threads wait: the stacks reach its output (see autograder/watch.py)
             os.kill(pid, signal.SIGUSR1)
         time.sleep(2)
         raise AssertionError((output()[-6000:], list(tmp.iterdir())))
+    return dict(found)
 
 
 def forked_children(root: int) -> list[int]:
@@ -187,8 +199,7 @@ def test_watch_ends_when_its_terminal_closes(tmp_path, tmp):
     sub = submission(tmp_path)
     job = Job(make_watch(sub), tmp, tty=True)
     try:
-        hang_a_grade(sub, tmp, job.proc.pid, lambda: job.text)
-        started = tree(job.proc.pid)
+        started = hang_a_grade(sub, tmp, job.proc.pid, lambda: job.text)
         job.close_terminal()
         assert_all_gone(started, tmp, reap=lambda: job.proc.wait(timeout=120))
     finally:
@@ -209,8 +220,7 @@ def test_watch_ends_however_its_terminal_ends(tmp_path, tmp, how):
         cmd, tty = make_watch(sub), False
     job = Job(cmd, tmp, tty=tty)
     try:
-        hang_a_grade(sub, tmp, job.proc.pid, lambda: job.text)
-        started = tree(job.proc.pid)
+        started = hang_a_grade(sub, tmp, job.proc.pid, lambda: job.text)
         if how == "the shell dies":  # the kernel sends SIGHUP to the terminal's foreground process group
             os.kill(job.proc.pid, signal.SIGKILL)
         elif how == "make is killed":  # no terminal here: only the parent's death tells the watcher
@@ -244,8 +254,7 @@ def tmux_ends_it(sub: Path, tmp: Path, tmp_path: Path) -> None:
 
     started: dict[int, str] = {}
     try:
-        hang_a_grade(sub, tmp, pane, output)
-        started = tree(pane)
+        started = hang_a_grade(sub, tmp, pane, output)
         subprocess.run([*tmux, "kill-session", "-t", "w"], env=env, check=True)
         assert_all_gone(started, tmp)
     finally:
