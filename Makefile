@@ -42,13 +42,14 @@ readme: $(VENV)/.dev  ## README.md's generated parts: the stage table, the catal
 # The tiers (CONTRIBUTING.md): a test's markers say where it runs. Most tests wait on grading children, so four
 # workers keep two cores busy; the tests marked `serial` need the machine to themselves and run after, one at a time.
 WORKERS ?= 4
+FAST_WORKERS ?= 3  # the quick tier is grading children on both cores, with little waiting: a fourth worker only queues
 PYTEST   = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 test: $(VENV)/.instructor lint  ## every test: the parallel part on $(WORKERS) workers, then the serial ones
 	$(PYTEST) -n $(WORKERS) --dist worksteal --durations=40 -m "not serial and not sweep" tests
 	$(PYTEST) --durations=10 -m "serial and not sweep" tests || test $$? -eq 5  # 5: no test marked serial
 
 test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no builds of whole channels (CONTRIBUTING.md)
-	$(PYTEST) -n $(WORKERS) --dist worksteal -m "not slow and not serial and not sweep" tests
+	$(PYTEST) -n $(FAST_WORKERS) --dist worksteal -m "not slow and not serial and not sweep" tests
 	$(PYTEST) -m "serial and not slow and not sweep" tests || test $$? -eq 5  # 5: no such test, which is fine
 
 sweep: $(VENV)/.instructor  ## the cost rules over 20 seeds each: size gates lose, correct code keeps (about an hour)

@@ -1,4 +1,5 @@
 """Shared fixtures: graded copies of the solutions, and submissions that make one change to them."""
+import atexit
 import os
 import shutil
 import sys
@@ -10,8 +11,54 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # under the tests a fault in a check's own code fails loudly (grade.STRICT); children and builds inherit it
 os.environ["ATTN_GRADER_STRICT"] = "1"
+# a test worker beside others (make test runs four on two cores) computes on one thread, and so does what it
+# starts (make capstone's training, a notebook's kernel): BLAS and torch spinning on two threads per worker made
+# the training test take 5 minutes beside the others, not 20 s. The grading children are one-thread already.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
-from autograder.grade import grade  # noqa: E402
+from autograder.grade import grade as _grade  # noqa: E402
+from autograder.sandbox import launchers, namespaces, runner  # noqa: E402
+
+
+def _launch_parts() -> tuple:
+    """What decides how a grade starts its children: a test that replaces one of these gets grade()'s own servers."""
+    return (launchers.fork_is_safe, launchers.interpreter, launchers.separate_user_possible, namespaces.available,
+            runner.prestart)
+
+
+_LAUNCH_PARTS = _launch_parts()
+_SERVERS: dict = {}
+
+
+def _kept_servers() -> dict | None:
+    """This test process's fork servers for the environment as it is now (one pair per set of ATTN_* variables, which
+    the servers' children read), started on first use and ended at exit; None where a test replaced how children start."""
+    if any(a is not b for a, b in zip(_launch_parts(), _LAUNCH_PARTS)):
+        return None
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("ATTN_") or k == "TMPDIR"))
+    kept = _SERVERS.get(key)
+    if kept is None or not all(server.alive() for server in kept.values()):
+        kept = _SERVERS[key] = {k: launchers.warm_launcher(isolate=namespaces.available(), wait=False,
+                                                          torch=k == "torch") for k in ("numpy", "torch")}
+    return kept
+
+
+@atexit.register
+def _end_servers() -> None:
+    for kept in _SERVERS.values():
+        for server in kept.values():
+            server.close()
+
+
+def grade(submission, *args, **kw):
+    """autograder.grade.grade, its children forked from fork servers this test process keeps between tests (what
+    make grade starts for each grade: the same children, without loading torch again for every test)."""
+    if kw.get("zygote") is None and not kw.get("workers") and len(args) < 7:
+        kw["zygote"] = _kept_servers()
+    return _grade(submission, *args, **kw)
+
 
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"

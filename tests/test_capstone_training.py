@@ -1,6 +1,7 @@
 """`make capstone` with the solutions, as a student runs it: the model trains to the accuracy, the cached and
 uncached generations agree, and capstone.html draws a previous-token head and an induction head."""
 import base64
+import os
 import re
 import subprocess
 
@@ -15,7 +16,8 @@ def test_make_capstone_trains_the_solutions_to_95_percent(tmp_path):
     # -o: the venv is set up already; its marker's age must not start an install. About 5 minutes beside the other
     # tests; on a machine busier still (CI's load doubled) training took four times that: no figure is asserted here
     p = subprocess.run(["make", "-s", "-o", ".venv/.student", "capstone", f"SUBMISSION={SOLUTIONS}"], cwd=repo,
-                       capture_output=True, timeout=2400, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+                       capture_output=True, timeout=2400, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin",
+                       **{k: v for k, v in os.environ.items() if k.endswith("_NUM_THREADS")}})
     out = (p.stdout + p.stderr).decode()  # bytes: text mode would turn the progress bar's \r into newlines
     assert p.returncode == 0, out[-3000:]
     assert "\r  training [" in out  # the progress bar redraws one line
