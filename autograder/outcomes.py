@@ -8,10 +8,12 @@ fixtures raise `MissingFixture`. Anything in the package may import this module.
 class Fail(Exception):
     """A check failed. `diagnosis` is a catalogue id when the mistake is recognised."""
 
-    def __init__(self, message: str, diagnosis: str | None = None, arrays: dict | None = None) -> None:
+    def __init__(self, message: str, diagnosis: str | None = None, arrays: dict | None = None,
+                 place: tuple[str, str, int] | None = None) -> None:
         super().__init__(message)
         self.diagnosis = diagnosis
         self.arrays = arrays  # {"expected", "got", "bad"}: a small 2-D view for the HTML report
+        self.place = place  # (file, function, line) in the submission, where the check read what it faults
 
 
 class StudentError(Exception):

@@ -11,6 +11,6 @@ import numpy as np
 def attention_dropout(weights: np.ndarray, p: float, rng: np.random.Generator, training: bool) -> np.ndarray:
     """Zero each weight with probability p and divide the survivors by (1 - p), so every weight
     keeps its expected value. Returns `weights` unchanged when not training (or p == 0).
-    Draw the mask with rng.random(weights.shape). `weights` itself is left as it was: when training,
-    the result is a new array."""
+    Draw the mask with one rng.random(weights.shape) call: a weight is dropped where its draw is
+    below p. `weights` itself is left as it was: when training, the result is a new array."""
     raise NotImplementedError("dropout: write this part of attention_dropout")

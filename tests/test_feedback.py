@@ -124,3 +124,31 @@ def test_an_error_raised_in_a_passing_stage_blames_the_stage_that_fed_it(tmp_pat
     res = grade(sub, stages=["softmax", "masking", "heads"])
     assert res.stages["softmax"].status == "passed" and res.stages["masking"].status == "failed"
     assert res.stages["heads"].status == "blocked" and res.stages["heads"].blocked_by == "masking"
+
+
+# -- found by cold students (issue 42's sets) ---------------------------------------------------------------
+
+DRAW = "    keep = rng.random(weights.shape) >= p  # True with probability 1 - p\n"
+
+
+@pytest.mark.parametrize("draw, passes", [
+    ("    keep = rng.random(weights.shape[::-1]).T >= p\n", False),  # another draw: the docstring's rule broken
+    ("    keep = rng.random(weights.shape) < 1 - p\n", True),  # the same draw read from the other end: correct
+    ("    keep = rng.uniform(size=weights.shape) >= p\n", True),  # the same numbers, drawn by another name
+])
+def test_dropout_mask_is_the_docstrings_draw(tmp_path, draw, passes):
+    """A mask drawn in the transposed shape passed every statistical check; a correct mask kept either way keeps
+    the point."""
+    res = grade(variant(tmp_path, {"dropout.py": [(DRAW, draw)]}), stages=["dropout"])
+    check = next(r for r in res.stages["dropout"].checks if r.check.name == "dropout_uses_the_rng")
+    assert check.passed == passes, check.message
+    assert passes or "not those of the docstring's draw" in check.message
+    assert res.stages["dropout"].status == ("passed" if passes else "failed")
+
+
+def test_a_batch_left_out_of_the_cache_size_is_not_called_a_missing_factor_2(tmp_path):
+    """kv_cache_floats without its batch had been named costs-kv-missing-factor-2: the check's own batch was 2."""
+    sub = variant(tmp_path, {"costs.py": [("return 2 * batch * ", "return 2 * ")]})
+    res = grade(sub, stages=["costs"])
+    assert res.stages["costs"].status == "failed"
+    assert "costs-kv-missing-factor-2" not in res.next_step + " ".join(res.stages["costs"].diagnoses), res.next_step

@@ -79,13 +79,33 @@ MUTANTS = (
            "normalised over axis 0"),
     Mutant("variance-as-std", {"scaling.py": [("return float(np.var(dots))", "return float(np.std(dots))")]},
            ("scaling",), "return float(np.std(dots))", "a standard deviation where the variance belongs"),
+    # cold students' misses (issue 42's sets): a tuple returned in another order is said so, slot by slot (it had
+    # been called "q where its k belongs"); the bonus stages' functions are followed value by value too
+    Mutant("projections-returned-in-another-order", {"projections.py": [("    return q, k, v", "    return q, v, k")]},
+           ("projections",), "return q, v, k", "in another order"),
+    Mutant("attention-returns-weights-first", {"masking.py": [("    return weights @ v, weights",
+                                                               "    return weights, weights @ v")]},
+           MASKING, "return weights, weights @ v  # [..., n_q, n_k] @ [..., n_k, d_v] -> [..., n_q, d_v]",
+           "in another order"),
+    Mutant("backward-row-sums-over-columns", {"backward.py": [("np.sum(dp * p, axis=1, keepdims=True)",
+                                                               "np.sum(dp * p, axis=0, keepdims=True)")]},
+           ("backward",), "ds = p * (dp - np.sum(dp * p, axis=0, keepdims=True))  # softmax Jacobian, row by row"),
+    Mutant("backward-dq-from-v", {"backward.py": [("dq = ds @ k / np.sqrt(d_k)", "dq = ds @ v / np.sqrt(d_k)")]},
+           ("backward",), "dq = ds @ v / np.sqrt(d_k)  # [n_q, d_k]"),  # raises (d_v != d_k): its line
+    Mutant("dropout-survivors-multiplied", {"dropout.py": [("weights / (1.0 - p), 0.0)", "weights * (1.0 - p), 0.0)")]},
+           ("dropout",), "return np.where(keep, weights * (1.0 - p), 0.0)"),
+    Mutant("rope-frequency-without-2", {"rope.py": [("base ** (-2.0 * np.arange(half) / d)",
+                                                     "base ** (-np.arange(half) / d)")]},
+           ("rope",), "freq = base ** (-np.arange(half) / d)  # [d/2]: one frequency per pair"),
 )
+
+SOFTMAX_DEFAULT_AXIS_0 = Mutant("softmax-default-axis-0", {"softmax.py": [("axis: int = -1)", "axis: int = 0)")]},
+                                SOFTMAX, "def softmax(scores: np.ndarray, axis: int = 0) -> np.ndarray:",
+                                "softmax-wrong-axis")
 
 # measured, not yet on their line (the fix changes the def line, a length update, a running maximum's start): each
 # still fails its stage, and nothing names a change that is not the mistake
 MISSES = (
-    Mutant("softmax-default-axis-0", {"softmax.py": [("axis: int = -1)", "axis: int = 0)")]},
-           SOFTMAX, "def softmax(scores: np.ndarray, axis: int = 0) -> np.ndarray:", "softmax-wrong-axis"),
     Mutant("cache-length-before-check", {"kv_cache.py": [(CACHE_CHECK, CACHE_EARLY)]},
            ("kv_cache",), "self.length = end  # counted first"),
     Mutant("tiled-running-max-from-0", {"tiled.py": [("        m = np.full(i1 - i0, -np.inf)  # running max per row",
@@ -161,10 +181,33 @@ def test_a_variance_from_other_draws_is_not_blamed_on_the_draws(tmp_path):
 @pytest.mark.parametrize("m", MISSES, ids=[m.id for m in MISSES])
 def test_a_mistake_not_yet_on_its_line_gets_no_wrong_name(tmp_path, m):
     res, loc, _ = graded(tmp_path, m)
-    said = claimed(res, loc).replace(m.named or "", "").strip()
+    assert claimed(res, loc).replace(m.named or "", "").strip() == ""
+
+
+def test_a_default_that_is_not_the_contracts_leads_the_next_step_at_its_own_line(tmp_path):
+    """A wrong default is a rule broken on a line the grader can read: the next step opens there, before what the
+    default makes go wrong elsewhere (which had pointed at the line using it)."""
+    res, loc, _ = graded(tmp_path, SOFTMAX_DEFAULT_AXIS_0)
+    lines = (tmp_path / "submission" / "softmax.py").read_text().splitlines()
+    at = next(i for i, text in enumerate(lines, 1) if text.strip() == SOFTMAX_DEFAULT_AXIS_0.fix)
+    assert res.next_step.startswith(f"fix stage 1 (softmax) at {tmp_path / 'submission' / 'softmax.py'}:{at}: ")
+    assert "axis=0 are not the contract's axis=-1" in res.next_step, res.next_step
     # the default axis 0 does make the row maxima over axis 0: said of the line that takes them, and nothing else
+    said = claimed(res, loc).replace("softmax-wrong-axis", "").strip()
     assert said in ("", f"line {loc and loc.line}: your `top` equals the reference's row maxima taken over axis 0 "
                         "(the queries' axis) instead of the last (each row over its keys)"), said
+
+
+def test_a_raise_the_student_wrote_points_at_the_test_that_decided_it(tmp_path):
+    """apply_mask's check of empty rows, taken over the columns: it raises for a mask that hides a key from every
+    query; the line to change is the `if`, not the `raise` under it."""
+    sub = variant(tmp_path, {"masking.py": [("if not np.all(np.any(allowed, axis=-1)):",
+                                             "if not np.all(np.any(allowed, axis=-2)):")]})
+    res = grade(sub, stages=list(MASKING))
+    assert res.stages["masking"].status == "failed"
+    lines = (sub / "masking.py").read_text().splitlines()
+    at = next(i for i, text in enumerate(lines, 1) if "np.any(allowed, axis=-2)" in text)
+    assert f"masking.py:{at}" in res.next_step and f"masking.py:{at + 1}" not in res.next_step, res.next_step
 
 
 # -- each relation on arrays alone: a value made with exactly one change, and the right value with none ------
@@ -299,7 +342,7 @@ def test_no_edit_derived_no_claim(tmp_path):
     """The default axis 0 makes the row maxima over axis 0 at a line holding `axis=axis`: named, nothing to edit."""
     from autograder.feedback.repair import repair_of
 
-    res, loc, _ = graded(tmp_path, next(m for m in MISSES if m.id == "softmax-default-axis-0"))
+    res, loc, _ = graded(tmp_path, SOFTMAX_DEFAULT_AXIS_0)
     assert loc is not None and repair_of(loc) is None
     assert "onfirmed" not in res.next_step, res.next_step
     assert "change `" not in _hints(tmp_path / "submission", res)[-1]

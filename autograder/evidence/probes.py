@@ -248,5 +248,43 @@ def _variance(d_k: int, n_pairs: int, seed: int):
                  judge=variance_near_theory(d_k, n_pairs))
 
 
+def same_parts(*names: str) -> Callable:
+    """Judge of a function that returns a tuple of arrays (`names`, in the docstring's order)."""
+    def judge(got, want, ref):
+        if not isinstance(got, (tuple, list)) or len(got) != len(names):
+            return None, f"returned {type(got).__name__}, expected ({', '.join(names)})"
+        for name, g, w in zip(names, got, want):
+            if differs(g, w):
+                return None, f"{name} {shape_note(g, w)}"
+        return None
+    return judge
+
+
+def _backward(causal: bool):
+    rng = np.random.default_rng([31, int(causal)])
+    q, k, v, d_out = (rng.standard_normal(shape) for shape in ((3, 2), (4, 2), (4, 5), (3, 5)))  # n_q != n_k
+    return Probe(name="attention_backward", file="backward.py", function="attention_backward", stage="backward",
+                 args=(q, k, v, d_out, causal), expected=lambda r: r.attention_backward(q, k, v, d_out, causal),
+                 judge=same_parts("dq", "dk", "dv"))
+
+
+DROPOUT_P, DROPOUT_SEED = 0.3, 7
+DROPOUT_W = np.random.default_rng(37).random((4, 6))
+
+
+def dropped(weights: np.ndarray, p: float, seed: int) -> np.ndarray:
+    """The docstring's dropout: one rng.random(weights.shape) draw, a weight dropped where its draw is below p."""
+    draw = np.random.default_rng(seed).random(weights.shape)
+    return np.where(draw >= p, weights / (1.0 - p), 0.0)
+
+
+def _dropout():
+    w, p, seed = DROPOUT_W, DROPOUT_P, DROPOUT_SEED
+    return Probe(name="dropout_probe", file="dropout.py", function="attention_dropout", stage="dropout",
+                 args=(w, p, seed, True), expected=lambda r: dropped(w, p, seed), judge=same_array())
+
+
 EXTRA = {"fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
-         "scaling": (_variance(16, 256, 3),)}
+         "scaling": (_variance(16, 256, 3),),
+         "backward": (_backward(True), _backward(False)),
+         "dropout": (_dropout(),)}

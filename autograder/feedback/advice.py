@@ -1,12 +1,13 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
+from ..declarations import DEFAULTS_RULE
 from ..evidence.inference import INFERRED_IDS
 from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
 from .repair import repair_of
-from .sources import def_line, first_stub, rel
+from .sources import deciding_line, def_line, first_stub, rel
 
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
 
@@ -29,8 +30,9 @@ def diagnosis_text(diagnosis: str) -> str:
 def _where(res: Results, stage, first, stub) -> str:
     """file:line for a failing check: the line that raised, else the stage's stub, else the def of the
     first of the stage's functions the check called (a module check points at module.py, not heads.py)."""
-    if first.error and first.error.get("file"):
-        return f"{rel(res.submission / first.error['file'])}:{first.error['line']}"
+    if first.error and first.error.get("file"):  # the `if` that decided to raise, where the student's code raised
+        line = deciding_line(res.submission, first.error["file"], first.error["line"])
+        return f"{rel(res.submission / first.error['file'])}:{line}"
     if first.failure == Failure.TIMEOUT and first.where and first.where.line:  # the line a hung call was running
         return f"{rel(res.submission / first.where.file)}:{first.where.line}"
     if stub:
@@ -101,6 +103,11 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
             return (f"fix {head}: {rel(res.submission / first.where.file)} never finished loading: line "
                     f"{first.where.line}, outside any function, was still running when the time ran out (a loop "
                     "that never ends?). `make hint` gives a nudge.")
+        off = next((r for r in sr.checks if not r.passed and r.check.rule == DEFAULTS_RULE
+                    and r.failure == Failure.WRONG and r.where and r.where.line), None)
+        if off is not None:  # a default that is not the contract's: its line, before what it makes go wrong elsewhere
+            return (f"fix {head} at {rel(res.submission / off.where.file)}:{off.where.line}: {plain(off.message)}. "
+                    f"{DEFAULTS_RULE}. `make hint` gives a nudge.")
         loc = located_here(res, s.name)  # the function found wrong on its own, and a line in it
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]

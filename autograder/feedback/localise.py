@@ -19,6 +19,7 @@ from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
 from . import relations, steps
+from .sources import deciding_line
 
 
 def probes_of(stage: str) -> tuple[Probe, ...]:
@@ -120,7 +121,11 @@ def follow_values(api, ref, p: Probe, passed: set[tuple[str, str]]):
                and not r.get("argument")]
     # what calls were handed, and what a passing function handed back: evidence of a result dropped, never judged
     around = [r for r in arrays if r.get("argument") or r.get("caller")]
-    return first_parting(records, want, p, around) if records else (None, None, None, [])
+    try:
+        answer = p.expected(ref)  # a tuple's slots judge the returned values one by one
+    except Exception:  # noqa: BLE001 - an answer the fixtures did not record: the steps alone
+        answer = None
+    return first_parting(records, want, p, around, answer) if records else (None, None, None, [])
 
 
 def _mutation(api, p: Probe, passed: set[tuple[str, str]]) -> Located | None:
@@ -238,13 +243,23 @@ def dropped_result(r: dict, records: list[dict], around: list[dict], want) -> di
     return None
 
 
-def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe, around: list[dict] = ()):
+def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Probe, around: list[dict] = (),
+                  answer=None):
     """The line of the first record whose value has an intermediate's shape but not its contents, or, where
-    records of no intermediate's shape come between it and the last right one, the first line after that."""
+    records of no intermediate's shape come between it and the last right one, the first line after that.
+    `answer`: the probe's right answer; where it is a tuple, the probed function's returned values are judged
+    slot by slot against it."""
     final = want[-1][0]
     judged = []
     for r in records:
         verdict, label = _judge(r, want)
+        slot = _returned_slot(r, p, answer)
+        if slot is not None:
+            verdict, label, r = _judge_slot(r, slot, answer, verdict, label)
+            judged.append((r, verdict, label))
+            if verdict == "wrong":
+                break
+            continue
         # the probed function's own answer is known wrong: equal to an earlier step, a step was left out
         if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == _bare(p.function) \
                 and verdict == "right" and label != final:
@@ -290,6 +305,38 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     return r["file"], r["function"], int(r["line"]), shown
 
 
+def _returned_slot(r: dict, p: Probe, answer) -> int | None:
+    """i for the probed function's own `return[i]` record, where its right answer is a tuple of that many arrays."""
+    name = r.get("name") or ""
+    if not (isinstance(answer, tuple) and name.startswith("return[") and r.get("file") == p.file
+            and r.get("function") == _bare(p.function)):
+        return None
+    try:
+        i = int(name[len("return["):-1])
+    except ValueError:
+        return None
+    return i if i < len(answer) and all(isinstance(a, np.ndarray) for a in answer) else None
+
+
+def _judge_slot(r: dict, i: int, answer: tuple, verdict: str, label: str | None) -> tuple[str, str | None, dict]:
+    """A returned tuple's slot i against the right answer's: right; or the value another slot should hold (the
+    values returned in another order); else as the steps judged it (what it is, by the relations)."""
+    g = _squeezed(np.asarray(r["value"], dtype=np.float64))
+
+    def same(a) -> bool:
+        w = _squeezed(np.asarray(a, dtype=np.float64))
+        return w.shape == g.shape and _equal(g, w)
+
+    if same(answer[i]):
+        return "right", label, r
+    j = next((j for j, a in enumerate(answer) if j != i and same(a)), None)
+    if j is not None:
+        words = (f"holds what the function should return in place {j}, not {i}: the values are returned in another "
+                 f"order than the docstring's")
+        return "wrong", label or f"returned value [{i}]", {**r, "relation": words}
+    return ("wrong" if verdict != "other" else verdict), label, r
+
+
 def _named(r: dict, verdict: str, label: str | None, want: list[tuple[str, np.ndarray]]) -> tuple[str, str] | None:
     """(the step, what changed) at the parting record: a relation of feedback/relations.py, or a step skipped."""
     if r.get("relation"):
@@ -329,7 +376,7 @@ def _error_place(info: dict, p: Probe, submission: Path) -> tuple[str, str, int]
         line = _last_match(submission, "module.py", "forward", r"\.append\(") or entry.get("line")
         return "module.py", "forward", int(line)
     if info.get("file") == p.file and info.get("line"):
-        return p.file, info.get("function") or p.function, int(info["line"])
+        return p.file, info.get("function") or p.function, int(deciding_line(submission, p.file, int(info["line"])))
     return None
 
 

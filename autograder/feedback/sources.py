@@ -90,6 +90,16 @@ def loop_line(submission: Path, name: str, line: int | None) -> int | None:
     return found.lineno if found else line
 
 
+def deciding_line(submission: Path, name: str, line: int | None) -> int | None:
+    """For a `raise` the student wrote inside an `if` (or `elif`) body, the line of that test: what decided to raise
+    is the condition, not the raise (else `line`)."""
+    tree = _parse(submission / name) if line else None
+    for node in ast.walk(tree) if tree else []:
+        if isinstance(node, ast.If) and any(isinstance(b, ast.Raise) and b.lineno == line for b in node.body):
+            return node.lineno
+    return line
+
+
 def _parse(path: Path) -> ast.Module | None:
     try:
         return ast.parse(read_text(path) or "")

@@ -177,10 +177,60 @@ def score_variance(ref, d_k, n_pairs, seed, scaled):
             ("the variance", np.asarray(ref.score_variance(d_k, n_pairs, seed, scaled), dtype=F64))]
 
 
+def attention_backward(ref, q, k, v, d_out, causal=True):
+    """The forward pass's steps (bottom-right causal mask), then the backward's: dv, dP, the softmax Jacobian
+    applied row by row, dq and dk."""
+    q, k, v, d_out = (np.asarray(a, dtype=F64) for a in (q, k, v, d_out))
+    n_q, n_k = q.shape[0], k.shape[0]
+    allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q) if causal else None  # [n_q, n_k]
+    parts = _attention(ref, q, k, v, allowed)
+    p = dict(parts)["the weights"]  # [n_q, n_k]
+    dp = d_out @ v.T  # [n_q, n_k]
+    rows = np.sum(dp * p, axis=-1, keepdims=True)  # [n_q, 1]
+    dq, dk, dv = (np.asarray(a, dtype=F64) for a in ref.attention_backward(q, k, v, d_out, causal))
+    # labelled by the names the docstring's formulas give (a variable named after a step must hold that step)
+    return [*parts, ("dv", dv), ("dp", dp), ("dp * p", dp * p), ("the row sums of dp * p", rows),
+            ("dp minus its row sums", dp - rows), ("ds", p * (dp - rows)), ("dq", dq), ("dk", dk)]
+
+
+def dropout_probe(ref, weights, p, seed, training):
+    """One rng.random(weights.shape) draw, the mask it gives, the survivors rescaled, the result."""
+    w = np.asarray(weights, dtype=F64)
+    draw = np.random.default_rng(seed).random(w.shape)  # not as the solutions write it (the release)
+    kept = draw >= p
+    return [("the draws", draw), ("the mask of kept weights", kept), ("the mask of dropped weights", ~kept),
+            ("the weights divided by 1 - p", w / (1.0 - p)), ("the result", np.where(kept, w / (1.0 - p), 0.0))]
+
+
+def rotate(ref, x, offset=0, base=10000.0):
+    """Rotate-half rotary embedding: the positions, one frequency per pair, the angles, their cosines and sines,
+    the two halves and the products the turn is made of; also the full-width route (the angles repeated over
+    both halves, and rotate_half(x) = [-b, a]), which many implementations take."""
+    x = np.asarray(x, dtype=F64)
+    n, d = x.shape[-2], x.shape[-1]
+    half = d // 2
+    positions = offset + np.arange(n)  # [n]
+    freq = base ** (-2.0 * np.arange(half) / d)  # [d/2]
+    angle = positions[:, None] * freq[None, :]  # [n, d/2]
+    cos, sin = np.cos(angle), np.sin(angle)
+    a, b = x[..., :half], x[..., half:]  # [..., n, d/2]
+    wide = np.concatenate([angle, angle], axis=-1)  # [n, d]
+    turned = np.concatenate([-b, a], axis=-1)  # [..., n, d]: rotate_half(x)
+    return [("the positions", positions.astype(F64)), ("the frequencies", freq), ("the angles", angle),
+            ("their cosines", cos), ("their sines", sin), ("the first half", a), ("the second half", b),
+            ("a cos", a * cos), ("b sin", b * sin), ("a sin", a * sin), ("b cos", b * cos), ("-b", -b),
+            ("the angles over both halves", wide), ("their cosines over both halves", np.cos(wide)),
+            ("their sines over both halves", np.sin(wide)), ("rotate_half(x)", turned),
+            ("x cos", x * np.cos(wide)), ("rotate_half(x) sin", turned * np.sin(wide)),
+            ("the first half turned", a * cos - b * sin), ("the second half turned", a * sin + b * cos),
+            ("the rotated rows", np.asarray(ref.rotate(x, offset, base), dtype=F64))]
+
+
 # the probe's name -> its steps (ref, *probe args)
 STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
                                  merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
-                                 simple_self_attention, project_qkv, score_variance)}
+                                 simple_self_attention, project_qkv, score_variance, attention_backward,
+                                 dropout_probe, rotate)}
 
 
 def steps_for(ref, name: str, args: tuple) -> list[tuple[str, np.ndarray]] | None:

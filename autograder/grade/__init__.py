@@ -162,7 +162,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                                        called=tuple(api.called)))
         except Fail as f:
             results.append(failed(c, str(f), Failure.WRONG, diagnosis=f.diagnosis, arrays=f.arrays,
-                                  where=mistake_where(f.diagnosis, submission), called=tuple(api.called)))
+                                  where=Where(*f.place) if f.place else mistake_where(f.diagnosis, submission),
+                                  called=tuple(api.called)))
         except StudentError as e:
             results.append(failed(c, describe_error(e.info, submission, stage), Failure.RAISED, error=e.info,
                                   where=where_of(e.info, submission), origin=origin_of(e.info, stage),

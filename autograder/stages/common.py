@@ -57,8 +57,27 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
             unread = [k for k, v in bad.items() if k in got and not readable_default(v)]
             said = (f" ({', '.join(unread)}: written in a way the grader does not read as a value; write the value "
                     "itself, or a module constant holding it)" if unread else "")
+            line = parameter_line(read_bytes(api.worker.submission / f"{module}.py"), name, next(iter(bad)))
             raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} are not the "
-                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}{said}")
+                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}{said}",
+                       place=(f"{module}.py", name, line) if line else None)
+
+
+def parameter_line(source: bytes | None, name: str, param: str) -> int | None:
+    """The line of parameter `param` of top-level function `name` (or of class `name`'s constructor or field)."""
+    import ast
+
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return None
+    for node in (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name):
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.arg) and sub.arg == param:
+                return sub.lineno
+            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == param:
+                return sub.lineno
+    return None
 
 
 def require_nontrivial(out_a, out_b, what: str) -> None:

@@ -62,7 +62,7 @@ def costs_reference(api, ctx):
               rule="It equals the number of elements your KVCache's k and v hold together.")
 def costs_match_your_cache(api, ctx):
     """kv_cache_floats equals what your own KVCache allocates"""
-    for batch, h, max_len, d in [(1, 12, 1024, 64), (2, 4, 100, 16)]:
+    for batch, h, max_len, d in [(1, 12, 1024, 64), (3, 4, 100, 16)]:  # batch 3: a batch left out is not a 2
         mine = int(api.kv_cache_numel(batch, h, max_len, d))
         claimed = int(api.kv_cache_floats(max_len, 1, h, d, batch))
         bad = ctx.mistakes.costs_variants(max_len, 1, h, d, batch)  # asked every time: the release records it

@@ -95,13 +95,23 @@ def dropout_survivors_rescaled(api, ctx):
         raise Fail(f"the mean weight changed by x{mean_ratio:.3f} under dropout; expected about x1")
 
 
-@STAGE.check(points=1, kind="property", visibility="public", rule="Draw the mask with rng.random(weights.shape).")
+@STAGE.check(points=1, kind="property", visibility="public",
+             rule="Draw the mask with one rng.random(weights.shape) call: a weight is dropped where its draw is "
+                  "below p.")
 def dropout_uses_the_rng(api, ctx):
-    """the same generator seed gives the same mask; another seed gives another"""
+    """the mask is the docstring's draw: rng.random(weights.shape), a weight dropped where its draw is below p"""
     w = np.ones((20, 20))
     a, b, c = (np.asarray(api.dropout_probe(w, 0.5, s, True)) for s in (3, 3, 4))
     if not np.array_equal(a, b):
         raise Fail("two calls with generators seeded alike gave different masks: draw from the rng you are given")
     if np.array_equal(a, c):
         raise Fail("generators with different seeds gave the same mask: draw from the rng you are given")
+    # not square: a draw of another shape, transposed back, is another mask; `keep = draw < 1 - p` is accepted too
+    p, shape = 0.25, (12, 9)
+    kept = np.asarray(api.dropout_probe(np.ones(shape), p, 5, True)) != 0
+    draw = np.random.default_rng(5).random(shape)
+    if not (np.array_equal(kept, draw >= p) or np.array_equal(kept, draw < 1 - p)):
+        raise Fail(f"with p = {p} and np.random.default_rng(5), the weights you kept are not those of the docstring's "
+                   f"draw: {int((kept != (draw >= p)).sum())} of {kept.size} differ from one rng.random(weights.shape) "
+                   "call with a weight dropped where its draw is below p")
 
