@@ -94,6 +94,15 @@ MUTANTS = (
            ("backward",), "dq = ds @ v / np.sqrt(d_k)  # [n_q, d_k]"),  # raises (d_v != d_k): its line
     Mutant("dropout-survivors-multiplied", {"dropout.py": [("weights / (1.0 - p), 0.0)", "weights * (1.0 - p), 0.0)")]},
            ("dropout",), "return np.where(keep, weights * (1.0 - p), 0.0)"),
+    Mutant("softmax-shift-by-the-minimum", {"softmax.py": [(SOFTMAX_TOP, SOFTMAX_TOP.replace("np.max", "np.min"))]},
+           SOFTMAX, "top = np.min(scores, axis=axis, keepdims=True)"),  # right on small scores: a large probe
+    Mutant("rope-queries-turned-from-0", {"rope.py": [("q, k = rotate(q, offset=n_k - n_q), rotate(k)",
+                                                       "q, k = rotate(q), rotate(k)")]},
+           ("rope",), "q, k = rotate(q), rotate(k)  # queries at positions n_k - n_q .. n_k - 1"),
+    Mutant("rope-decode-keys-turned-from-0", {"rope.py": [("rotate(k, offset=L)  # positions", "rotate(k)  # positions")]},
+           ("rope",), "q, k = rotate(q, offset=L), rotate(k)  # positions L .. L + t - 1"),
+    Mutant("cache-size-without-its-batch", {"costs.py": [("return 2 * batch * ", "return 2 * ")]},
+           ("costs",), "return 2 * n_layers * n_tokens * n_kv_heads * d_head"),  # a returned count is followed too
     Mutant("rope-frequency-without-2", {"rope.py": [("base ** (-2.0 * np.arange(half) / d)",
                                                      "base ** (-np.arange(half) / d)")]},
            ("rope",), "freq = base ** (-np.arange(half) / d)  # [d/2]: one frequency per pair"),
@@ -106,6 +115,10 @@ SOFTMAX_DEFAULT_AXIS_0 = Mutant("softmax-default-axis-0", {"softmax.py": [("axis
 # measured, not yet on their line (the fix changes the def line, a length update, a running maximum's start): each
 # still fails its stage, and nothing names a change that is not the mistake
 MISSES = (
+    # right for the default axis, so a probe on axis 0 fails it; the maxima have no step's shape and no step is right
+    # before the exponentials, so the pointer lands one line late
+    Mutant("softmax-over-the-last-axis-always", {"softmax.py": [(SOFTMAX_TOP, SOFTMAX_TOP.replace("axis=axis", "axis=-1"))]},
+           SOFTMAX, "top = np.max(scores, axis=-1, keepdims=True)"),
     Mutant("cache-length-before-check", {"kv_cache.py": [(CACHE_CHECK, CACHE_EARLY)]},
            ("kv_cache",), "self.length = end  # counted first"),
     Mutant("tiled-running-max-from-0", {"tiled.py": [("        m = np.full(i1 - i0, -np.inf)  # running max per row",

@@ -57,10 +57,11 @@ def _plain(value):
 
 
 def _scalar(value):
-    """(a 0-d float64 array, False) of a float a function returns (score_variance's estimate), else None."""
-    np = sys.modules.get("numpy")  # loaded by now wherever a submission computes a float worth comparing
-    if np is not None and (isinstance(value, float) or (type(value).__module__ == "numpy"
-                                                         and type(value).__name__.startswith("float"))):
+    """(a 0-d float64 array, False) of a number a function returns (score_variance's estimate, a count of the
+    costs stage), else None."""
+    np = sys.modules.get("numpy")  # loaded by now wherever a submission computes a number worth comparing
+    if np is not None and (type(value) in (float, int) or (type(value).__module__ == "numpy"
+                                                           and type(value).__name__.startswith(("float", "int")))):
         return np.array(float(value), dtype=np.float64), False
     return None
 

@@ -284,7 +284,53 @@ def _dropout():
                  args=(w, p, seed, True), expected=lambda r: dropped(w, p, seed), judge=same_array())
 
 
-EXTRA = {"fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
+def _count(name: str, args: tuple):
+    """A costs function on sizes that are distinct primes: a factor left out shows as which."""
+    return Probe(name=name, file="costs.py", function=name, stage="costs", args=args,
+                 expected=lambda r: getattr(r, name)(*args), judge=same_array())
+
+
+def _softmax(scores: np.ndarray, *axis: int):
+    return Probe(name="softmax", file="softmax.py", function="softmax", stage="softmax", args=(scores, *axis),
+                 expected=lambda r: r.softmax(scores, *axis), judge=same_array({"weights": True}))
+
+
+S34_LARGE = S34 * 400  # exp overflows unless the row maximum is taken away first
+S34_HIDDEN = np.where(np.eye(3, 4, 1, dtype=bool), -np.inf, S34)  # one -inf per row: a masked score, not a row
+
+
+def _rope_attention(causal: bool):
+    rng = np.random.default_rng([41, int(causal)])
+    q, k, v = (rng.standard_normal(shape) for shape in ((3, 8), (5, 8), (5, 2)))  # queries at positions 2..4
+    return Probe(name="rope_attention", file="rope.py", function="rope_attention", stage="rope",
+                 args=(q, k, v, causal), expected=lambda r: r.rope_attention(q, k, v, causal), judge=same_array())
+
+
+def _decoded(got, want, ref):
+    """Judge of rope_decode's (out, (k, v)) against the reference's."""
+    try:
+        parts = [("out", got[0], want[0]), ("the cache's k", got[1][0], want[1][0]),
+                 ("the cache's v", got[1][1], want[1][1])]
+    except (TypeError, IndexError, KeyError):
+        return None, f"returned {type(got).__name__}, expected (out, (k, v))"
+    for name, g, w in parts:
+        if differs(g, w):
+            return None, f"{name} {shape_note(g, w)}"
+    return None
+
+
+def _rope_decode():
+    rng = np.random.default_rng(43)
+    q, k, v = (rng.standard_normal(shape) for shape in ((2, 8), (2, 8), (2, 2)))  # two new tokens at 3 and 4
+    cache = (rng.standard_normal((3, 8)), rng.standard_normal((3, 2)))  # three before them, keys already turned
+    return Probe(name="rope_decode", file="rope.py", function="rope_decode", stage="rope", args=(q, k, v, cache),
+                 expected=lambda r: r.rope_decode(q, k, v, cache), judge=_decoded)
+
+
+EXTRA = {"softmax": (_softmax(S34_LARGE), _softmax(S34_HIDDEN), _softmax(S34.T, 0)),
+         "costs": (_count("score_count", (7, 3)), _count("kv_cache_floats", (7, 3, 5, 11, 13))),
+         "fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
          "scaling": (_variance(16, 256, 3),),
          "backward": (_backward(True), _backward(False)),
-         "dropout": (_dropout(),)}
+         "dropout": (_dropout(),),
+         "rope": (_rope_attention(True), _rope_attention(False), _rope_decode())}

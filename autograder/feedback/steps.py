@@ -177,12 +177,17 @@ def score_variance(ref, d_k, n_pairs, seed, scaled):
             ("the variance", np.asarray(ref.score_variance(d_k, n_pairs, seed, scaled), dtype=F64))]
 
 
+def _bottom_right(n_q: int, n_k: int) -> np.ndarray:
+    """The causal mask with the queries as the last n_q of n_k positions (True = may attend)."""
+    return np.tril(np.ones((n_q, n_k), dtype=bool), k=n_k - n_q)
+
+
 def attention_backward(ref, q, k, v, d_out, causal=True):
     """The forward pass's steps (bottom-right causal mask), then the backward's: dv, dP, the softmax Jacobian
     applied row by row, dq and dk."""
     q, k, v, d_out = (np.asarray(a, dtype=F64) for a in (q, k, v, d_out))
     n_q, n_k = q.shape[0], k.shape[0]
-    allowed = np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + (n_k - n_q) if causal else None  # [n_q, n_k]
+    allowed = _bottom_right(n_q, n_k) if causal else None  # [n_q, n_k]
     parts = _attention(ref, q, k, v, allowed)
     p = dict(parts)["the weights"]  # [n_q, n_k]
     dp = d_out @ v.T  # [n_q, n_k]
@@ -208,12 +213,14 @@ def rotate(ref, x, offset=0, base=10000.0):
     both halves, and rotate_half(x) = [-b, a]), which many implementations take."""
     x = np.asarray(x, dtype=F64)
     n, d = x.shape[-2], x.shape[-1]
-    half = d // 2
-    positions = offset + np.arange(n)  # [n]
-    freq = base ** (-2.0 * np.arange(half) / d)  # [d/2]
-    angle = positions[:, None] * freq[None, :]  # [n, d/2]
-    cos, sin = np.cos(angle), np.sin(angle)
-    a, b = x[..., :half], x[..., half:]  # [..., n, d/2]
+    half = d // 2  # not as the solutions write it (the release)
+    positions = np.arange(offset, offset + n)  # [n]
+    freq = np.power(float(base), -np.arange(0, d, 2) / d)  # [d/2]
+    angle = np.outer(positions, freq)  # [n, d/2]
+    cos = np.cos(angle)
+    sin = np.sin(angle)
+    a = x[..., :half]  # [..., n, d/2]
+    b = x[..., half:]
     wide = np.concatenate([angle, angle], axis=-1)  # [n, d]
     turned = np.concatenate([-b, a], axis=-1)  # [..., n, d]: rotate_half(x)
     return [("the positions", positions.astype(F64)), ("the frequencies", freq), ("the angles", angle),
@@ -226,11 +233,44 @@ def rotate(ref, x, offset=0, base=10000.0):
             ("the rotated rows", np.asarray(ref.rotate(x, offset, base), dtype=F64))]
 
 
+def rope_attention(ref, q, k, v, causal=True):
+    """q turned at positions n_k - n_q onwards, k from 0, v as it is; then attention's steps (bottom-right mask)."""
+    n_q, n_k = np.shape(q)[-2], np.shape(k)[-2]
+    q_turned = np.asarray(ref.rotate(q, n_k - n_q), dtype=F64)
+    k_turned = np.asarray(ref.rotate(k, 0), dtype=F64)
+    allowed = _bottom_right(n_q, n_k) if causal else None
+    return [("q", q_turned), ("k", k_turned), ("v", np.asarray(v, dtype=F64)),
+            *_attention(ref, q_turned, k_turned, v, allowed)]
+
+
+def rope_decode(ref, q, k, v, cache=None):
+    """The new tokens turned at positions L onwards (L cached before them), appended after the cache's keys and
+    values; then attention's steps for the new queries over all L + t keys."""
+    t, L = np.shape(q)[-2], 0 if cache is None else np.shape(cache[0])[-2]
+    q_turned = np.asarray(ref.rotate(q, L), dtype=F64)
+    k_turned = np.asarray(ref.rotate(k, L), dtype=F64)
+    k_all = k_turned if cache is None else np.concatenate([np.asarray(cache[0], dtype=F64), k_turned], axis=-2)
+    v_all = np.asarray(v, dtype=F64) if cache is None else \
+        np.concatenate([np.asarray(cache[1], dtype=F64), np.asarray(v, dtype=F64)], axis=-2)
+    allowed = _bottom_right(t, L + t)  # [t, L + t]
+    return [("q", q_turned), ("k", k_turned), ("the keys, the cache's first", k_all),
+            ("the values, the cache's first", v_all), *_attention(ref, q_turned, k_all, v_all, allowed)]
+
+
+def score_count(ref, *args):
+    return [("the number of scores", np.asarray(float(ref.score_count(*args)), dtype=F64))]
+
+
+def kv_cache_floats(ref, *args):
+    return [("the number of floats the cache holds", np.asarray(float(ref.kv_cache_floats(*args)), dtype=F64))]
+
+
 # the probe's name -> its steps (ref, *probe args)
 STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
                                  merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
                                  simple_self_attention, project_qkv, score_variance, attention_backward,
-                                 dropout_probe, rotate)}
+                                 dropout_probe, rotate, rope_attention, rope_decode, score_count,
+                                 kv_cache_floats)}
 
 
 def steps_for(ref, name: str, args: tuple) -> list[tuple[str, np.ndarray]] | None:
