@@ -103,6 +103,9 @@ MUTANTS = (
            ("rope",), "q, k = rotate(q, offset=L), rotate(k)  # positions L .. L + t - 1"),
     Mutant("cache-size-without-its-batch", {"costs.py": [("return 2 * batch * ", "return 2 * ")]},
            ("costs",), "return 2 * n_layers * n_tokens * n_kv_heads * d_head"),  # a returned count is followed too
+    Mutant("tiled-sum-not-rescaled", {"tiled.py": [("            l = alpha * l + p.sum(axis=1)",
+                                                    "            l = l + p.sum(axis=1)")]},
+           ("tiled",), "l = l + p.sum(axis=1)"),  # the output buffer (np.empty) is judged once written, not before
     Mutant("rope-frequency-without-2", {"rope.py": [("base ** (-2.0 * np.arange(half) / d)",
                                                      "base ** (-np.arange(half) / d)")]},
            ("rope",), "freq = base ** (-np.arange(half) / d)  # [d/2]: one frequency per pair"),

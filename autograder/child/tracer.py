@@ -12,6 +12,9 @@ The arrays a call from the submission's own code was handed are recorded too (`a
 judged), and a returned value says which of the submission's lines it went back to (`caller`: file, function,
 line), so that a result a line drops (`cache.append(k, v)` not assigned) shows.
 
+A record of an array the function's own line changed in place (not a new object bound to the name) says so
+(`filled`): a buffer such as `out = np.empty(...)` is judged once it is written, not as it was allocated.
+
 A record of a line that wrote into an array the caller passed in (the outermost call's arguments) says so
 (`mutated`), and each `F.scaled_dot_product_attention` call made while tracing is recorded at the student's line
 that made it (name `scaled_dot_product_attention`, no value, `sdpa`: what the call lets each query see, its
@@ -78,6 +81,7 @@ class Recorder:
         self.placed: dict[tuple, int] = {}
         self.files: dict[str, str | None] = {}  # a code object's file -> its name in the submission, or None
         self.seen: dict[int, dict] = {}  # id(frame) -> {name: key of the value last recorded}
+        self.held: dict[int, dict] = {}  # id(frame) -> {name: the object last recorded} (held: its id stays its own)
         self.last_line: dict[int, int] = {}
         self.full = False
         self.outer: dict[int, str] = {}  # id of an object the outermost call was handed -> its parameter name
@@ -128,6 +132,7 @@ class Recorder:
                     self._add(frame, line, "return" if len(parts) == 1 and not isinstance(arg, tuple)
                               else f"return[{i}]", part, caller=caller)
             self.seen.pop(fid, None)
+            self.held.pop(fid, None)
             self.last_line.pop(fid, None)
             self.depth -= 1
         return self.on_line
@@ -157,12 +162,14 @@ class Recorder:
             if seen.get(name) == key:
                 continue
             written = name in seen and seen[name][:2] == key[:2] and id(value) in self.outer
-            seen[name] = key
+            held = self.held.setdefault(id(frame), {})
+            filled = name in seen and held.get(name) is value  # the same array, its contents changed: being filled
+            seen[name], held[name] = key, value
             if not initial:
-                self._add(frame, line, name, value, found, mutated=written)
+                self._add(frame, line, name, value, found, mutated=written, filled=filled)
 
     def _add(self, frame, line: int, name: str, value, found=None, mutated: bool = False, argument: bool = False,
-             caller: list | None = None) -> None:
+             caller: list | None = None, filled: bool = False) -> None:
         found = found or _plain(value) or (_scalar(value) if name.startswith("return") else None)
         if found is None or self.full:
             return
@@ -175,7 +182,8 @@ class Recorder:
                              "qualname": getattr(code, "co_qualname", code.co_name), "line": int(line),
                              "name": name, "value": found[0], "corner": found[1],
                              **({"mutated": self.outer[id(value)]} if mutated else {}),
-                             **({"argument": True} if argument else {}), **({"caller": caller} if caller else {})})
+                             **({"argument": True} if argument else {}), **({"caller": caller} if caller else {}),
+                             **({"filled": True} if filled else {})})
         self.full = len(self.records) >= MAX_RECORDS
 
     def sdpa(self, args: tuple, kwargs: dict) -> None:

@@ -327,10 +327,19 @@ def _rope_decode():
                  expected=lambda r: r.rope_decode(q, k, v, cache), judge=_decoded)
 
 
+def _tiled(causal: bool):
+    rng = np.random.default_rng([47, int(causal)])
+    q, k, v = (rng.standard_normal(shape) for shape in ((5, 3), (7, 3), (7, 2)))  # blocks of 2 queries, 3 keys
+    return Probe(name="tiled_attention", file="tiled.py", function="tiled_attention", stage="tiled",
+                 args=(q, k, v, causal, 2, 3), expected=lambda r: r.tiled_attention(q, k, v, causal, 2, 3),
+                 judge=same_array())
+
+
 EXTRA = {"softmax": (_softmax(S34_LARGE), _softmax(S34_HIDDEN), _softmax(S34.T, 0)),
          "costs": (_count("score_count", (7, 3)), _count("kv_cache_floats", (7, 3, 5, 11, 13))),
          "fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
          "scaling": (_variance(16, 256, 3),),
          "backward": (_backward(True), _backward(False)),
          "dropout": (_dropout(),),
+         "tiled": (_tiled(True), _tiled(False)),
          "rope": (_rope_attention(True), _rope_attention(False), _rope_decode())}

@@ -251,8 +251,10 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     slot by slot against it."""
     final = want[-1][0]
     judged = []
-    for r in records:
+    for n, r in enumerate(records):
         verdict, label = _judge(r, want)
+        if verdict == "wrong" and _filled_later(records, n):  # a buffer still being written: judged when it is
+            verdict = "other"
         slot = _returned_slot(r, p, answer)
         if slot is not None:
             verdict, label, r = _judge_slot(r, slot, answer, verdict, label)
@@ -303,6 +305,15 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     if named:
         shown[-1]["relation"] = relations.in_words(int(r["line"]), r["name"], *named)
     return r["file"], r["function"], int(r["line"]), shown
+
+
+def _filled_later(records: list[dict], n: int) -> bool:
+    """Whether the array of record n is written in place later (the next record of its name in its function is a
+    `filled` one): `out = np.empty(...)` before its rows are written, or its rows before the last are."""
+    r = records[n]
+    later = next((x for x in records[n + 1:] if x.get("name") == r.get("name")
+                  and x.get("qualname") == r.get("qualname")), None)
+    return bool(later and later.get("filled"))
 
 
 def _returned_slot(r: dict, p: Probe, answer) -> int | None:

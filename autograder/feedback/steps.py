@@ -257,6 +257,69 @@ def rope_decode(ref, q, k, v, cache=None):
             ("the values, the cache's first", v_all), *_attention(ref, q_turned, k_all, v_all, allowed)]
 
 
+def tiled_attention(ref, q, k, v, causal=True, block_q=64, block_k=64):
+    """The online softmax block by block (the query blocks in order, each over the key blocks it sees, cut at the
+    block size or also at the last key the block sees): each block's scores (scaled or not yet), its mask, the
+    running maxima, the rescaling factor, the block's exponentials, the running sums and the accumulated values
+    (unnormalised, or normalised at each block: the two ways it is written); then the output. Written unlike the
+    solutions (the release)."""
+    q, k, v = (np.asarray(a, dtype=F64) for a in (q, k, v))
+    n_q, n_k, d_k = q.shape[0], k.shape[0], q.shape[1]
+    shift = n_k - n_q
+    found: dict[str, list] = {}
+
+    def note(label: str, value) -> None:
+        found.setdefault(label, []).append(np.asarray(value, dtype=F64))
+
+    def over(rows_at: np.ndarray, edges: list[tuple[int, int]]) -> None:
+        qb = q[rows_at]
+        run_max, run_sum = np.full(len(rows_at), -np.inf), np.zeros(len(rows_at))
+        run_acc = np.zeros((len(rows_at), v.shape[1]))
+        for left, right in edges:
+            cols_at = np.arange(left, right)
+            seen = (cols_at[None, :] <= (rows_at + shift)[:, None]) if causal else \
+                np.ones((len(rows_at), len(cols_at)), bool)
+            if not seen.any():
+                continue  # a block the mask hides entirely: skipped
+            raw = np.einsum("id,jd->ij", qb, k[cols_at])
+            scores = raw / np.sqrt(d_k)
+            masked = np.where(seen, scores, -np.inf)
+            new_max = np.maximum(run_max, masked.max(axis=1))
+            base = np.where(np.isneginf(new_max), 0.0, new_max)
+            with np.errstate(invalid="ignore"):
+                factor = np.where(np.isneginf(run_max), 0.0, np.exp(run_max - base))
+            weights = np.exp(masked - base[:, None])
+            new_sum = factor * run_sum + weights.sum(axis=1)
+            new_acc = factor[:, None] * run_acc + weights @ v[cols_at]
+            for label, value in (
+                    ("the block's keys", k[cols_at]), ("the block's keys scaled", k[cols_at] / np.sqrt(d_k)),
+                    ("the block's values", v[cols_at]), ("the block's q k^T", raw), ("the block's scores", scores),
+                    ("the block's mask", seen), ("the block's masked scores", masked),
+                    ("the block's row maxima", masked.max(axis=1)), ("the running maxima", new_max),
+                    ("the rescaling factor", factor), ("the block's exponentials", weights),
+                    ("the block's row sums", weights.sum(axis=1)), ("the block's weighted values", weights @ v[cols_at]),
+                    ("the running sums", new_sum), ("the accumulated values", new_acc),
+                    ("the accumulated values normalised", new_acc / new_sum[:, None]),
+                    ("the block's rows' positions", rows_at + shift), ("the block's key positions", cols_at)):
+                note(label, value)
+            run_max, run_sum, run_acc = new_max, new_sum, new_acc
+
+    for top in range(0, n_q, block_q):
+        rows_at = np.arange(top, min(top + block_q, n_q))  # this block's query rows
+        for label, value in (("the block's queries", q[rows_at]), ("the block's queries scaled", q[rows_at] / np.sqrt(d_k)),
+                             ("the running maxima at the start", np.full(len(rows_at), -np.inf)),
+                             ("the running sums at the start", np.zeros(len(rows_at))),
+                             ("the accumulated values at the start", np.zeros((len(rows_at), v.shape[1])))):
+            note(label, value)
+        stop = min(n_k, int(rows_at[-1]) + shift + 1) if causal else n_k  # past the last key the block sees
+        over(rows_at, [(left, min(left + block_k, n_k)) for left in range(0, n_k, block_k)])
+        if stop < n_k:
+            over(rows_at, [(left, min(left + block_k, stop)) for left in range(0, stop, block_k)])
+    steps_found = [(f"{label} (block {i + 1})" if len(values) > 1 else label, value)
+                   for label, values in found.items() for i, value in enumerate(values)]
+    return [*steps_found, ("the output", np.asarray(ref.tiled_attention(q, k, v, causal, block_q, block_k), dtype=F64))]
+
+
 def score_count(ref, *args):
     return [("the number of scores", np.asarray(float(ref.score_count(*args)), dtype=F64))]
 
@@ -269,7 +332,7 @@ def kv_cache_floats(ref, *args):
 STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
                                  merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
                                  simple_self_attention, project_qkv, score_variance, attention_backward,
-                                 dropout_probe, rotate, rope_attention, rope_decode, score_count,
+                                 dropout_probe, rotate, rope_attention, rope_decode, tiled_attention, score_count,
                                  kv_cache_floats)}
 
 
