@@ -182,13 +182,20 @@ def _bottom_right(n_q: int, n_k: int) -> np.ndarray:
     return np.tril(np.ones((n_q, n_k), dtype=bool), k=n_k - n_q)
 
 
+def _positions(n_q: int, n_k: int) -> list[tuple[str, np.ndarray]]:
+    """What a mask is built from: the query rows (before or after the offset n_k - n_q) and the key positions."""
+    return [("the query rows", np.arange(n_q, dtype=F64)[:, None]),
+            ("the query positions", np.arange(n_k - n_q, n_k, dtype=F64)[:, None]),
+            ("the key positions", np.arange(n_k, dtype=F64)[None, :])]
+
+
 def attention_backward(ref, q, k, v, d_out, causal=True):
     """The forward pass's steps (bottom-right causal mask), then the backward's: dv, dP, the softmax Jacobian
     applied row by row, dq and dk."""
     q, k, v, d_out = (np.asarray(a, dtype=F64) for a in (q, k, v, d_out))
     n_q, n_k = q.shape[0], k.shape[0]
     allowed = _bottom_right(n_q, n_k) if causal else None  # [n_q, n_k]
-    parts = _attention(ref, q, k, v, allowed)
+    parts = [*_positions(n_q, n_k), *_attention(ref, q, k, v, allowed)]
     p = dict(parts)["the weights"]  # [n_q, n_k]
     dp = d_out @ v.T  # [n_q, n_k]
     rows = np.sum(dp * p, axis=-1, keepdims=True)  # [n_q, 1]
@@ -239,7 +246,7 @@ def rope_attention(ref, q, k, v, causal=True):
     q_turned = np.asarray(ref.rotate(q, n_k - n_q), dtype=F64)
     k_turned = np.asarray(ref.rotate(k, 0), dtype=F64)
     allowed = _bottom_right(n_q, n_k) if causal else None
-    return [("q", q_turned), ("k", k_turned), ("v", np.asarray(v, dtype=F64)),
+    return [("q", q_turned), ("k", k_turned), ("v", np.asarray(v, dtype=F64)), *_positions(n_q, n_k),
             *_attention(ref, q_turned, k_turned, v, allowed)]
 
 
