@@ -106,6 +106,13 @@ MUTANTS = (
     Mutant("tiled-sum-not-rescaled", {"tiled.py": [("            l = alpha * l + p.sum(axis=1)",
                                                     "            l = l + p.sum(axis=1)")]},
            ("tiled",), "l = l + p.sum(axis=1)"),  # the output buffer (np.empty) is judged once written, not before
+    # set C (held out) and set A: a slot made from the wrong operand is not "another order" (only a permutation of
+    # the right values is); a mask returned as its complement is that, not a step "left out"
+    Mutant("keys-projected-with-w_q", {"projections.py": [("    k = x @ w_k", "    k = x @ w_q")]},
+           ("projections",), "k = x @ w_q  # -> [..., n, d_k]", "q where its k belongs"),
+    Mutant("causal-mask-returns-its-complement", {"masking.py": [("    return j <= i + (n_k - n_q)",
+                                                                  "    return j > i + (n_k - n_q)")]},
+           MASKING, "return j > i + (n_k - n_q)  # [n_q, n_k]", "with the mask inverted"),
     Mutant("rope-frequency-without-2", {"rope.py": [("base ** (-2.0 * np.arange(half) / d)",
                                                      "base ** (-np.arange(half) / d)")]},
            ("rope",), "freq = base ** (-np.arange(half) / d)  # [d/2]: one frequency per pair"),
@@ -212,6 +219,18 @@ def test_a_default_that_is_not_the_contracts_leads_the_next_step_at_its_own_line
     said = claimed(res, loc).replace("softmax-wrong-axis", "").strip()
     assert said in ("", f"line {loc and loc.line}: your `top` equals the reference's row maxima taken over axis 0 "
                         "(the queries' axis) instead of the last (each row over its keys)"), said
+
+
+def test_a_mask_of_one_value_is_said_as_such_not_as_a_rule():
+    """An all-False mask fits 'j <= i-6' as well as any offset past the edge: no rule is read from it (set C had
+    been told its mask said j <= i-6 when its code said j <= i-3)."""
+    from autograder.evidence.inference import mask_pattern
+
+    right = np.tril(np.ones((3, 6), dtype=bool), 3)
+    said = mask_pattern(np.zeros((3, 6), dtype=bool), right)[1]
+    assert "no query sees any key" in said and "j <= i-" not in said.split(";")[0], said
+    assert "every query sees every key" in mask_pattern(np.ones((3, 6), dtype=bool), right)[1]
+    assert "j <= i+4" in mask_pattern(np.tril(np.ones((3, 6), dtype=bool), 4), right)[1]
 
 
 def test_a_raise_the_student_wrote_points_at_the_test_that_decided_it(tmp_path):

@@ -177,6 +177,8 @@ def after_softmax(got, want):
 def describe_pattern(allowed: np.ndarray) -> str:
     """The rule a boolean [n_q, n_k] mask follows, in words ('query i sees keys j <= i+1'), or its rows."""
     n_q, n_k = allowed.shape
+    if not allowed.any() or allowed.all():  # every offset past the edge gives it: no rule can be read from it
+        return "no query sees any key (all False)" if not allowed.any() else "every query sees every key (all True)"
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     for s in range(-n_k, n_k + 1):
         term = f"i{s:+d}" if s else "i"

@@ -249,7 +249,8 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     records of no intermediate's shape come between it and the last right one, the first line after that.
     `answer`: the probe's right answer; where it is a tuple, the probed function's returned values are judged
     slot by slot against it."""
-    final = want[-1][0]
+    at_answer = _answer_index(want, answer)  # the step the function should hand back
+    final, earlier = want[at_answer][0], {lb for lb, _ in want[:at_answer]}
     judged = []
     for n, r in enumerate(records):
         verdict, label = _judge(r, want)
@@ -257,15 +258,21 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
             verdict = "other"
         slot = _returned_slot(r, p, answer)
         if slot is not None:
-            verdict, label, r = _judge_slot(r, slot, answer, verdict, label)
+            verdict, label, r = _judge_slot(r, slot, answer, verdict, label, _returned(records, r))
+            if verdict == "wrong" and not r.get("relation"):  # a slot of another step's value: the line that made it
+                made = next((x for x in reversed(records[:n]) if x.get("qualname") == r.get("qualname")
+                             and not x["name"].startswith("return") and _same(x["value"], r["value"])), None)
+                if made is not None:  # judged as the step the slot should hold (the relations say what it holds)
+                    r, label = made, _answer_label(want, answer[slot])
             judged.append((r, verdict, label))
             if verdict == "wrong":
                 break
             continue
-        # the probed function's own answer is known wrong: equal to an earlier step, a step was left out
+        # the probed function's own answer is known wrong: equal to an earlier step, a step was left out; equal to
+        # a later one (the mask's complement where the mask belongs), the answer it should be, changed
         if r["name"] in ("return", "return[0]") and r["file"] == p.file and r.get("function") == _bare(p.function) \
                 and verdict == "right" and label != final:
-            verdict = "skipped"
+            verdict, label = ("skipped", label) if label in earlier else ("wrong", final)
         if verdict == "other" and not r.get("corner"):  # of no step's shape: a reduction over another axis?
             found = next(((lb, w) for lb in relations.REDUCTIONS
                           if (w := relations.reduction_relation(np.asarray(r["value"], float), lb, want))), None)
@@ -307,6 +314,19 @@ def first_parting(records: list[dict], want: list[tuple[str, np.ndarray]], p: Pr
     return r["file"], r["function"], int(r["line"]), shown
 
 
+def _answer_index(want: list[tuple[str, np.ndarray]], answer) -> int:
+    """The index of the last step equal to the probe's right answer (a single array), else the last step's."""
+    if isinstance(answer, np.ndarray):
+        found = [i for i, (_, w) in enumerate(want) if _same(w, answer)]
+        if found:
+            return found[-1]
+    return len(want) - 1
+
+
+def _answer_label(want: list[tuple[str, np.ndarray]], answer) -> str:
+    return want[_answer_index(want, answer)][0]
+
+
 def _filled_later(records: list[dict], n: int) -> bool:
     """Whether the array of record n is written in place later (the next record of its name in its function is a
     `filled` one): `out = np.empty(...)` before its rows are written, or its rows before the last are."""
@@ -329,19 +349,33 @@ def _returned_slot(r: dict, p: Probe, answer) -> int | None:
     return i if i < len(answer) and all(isinstance(a, np.ndarray) for a in answer) else None
 
 
-def _judge_slot(r: dict, i: int, answer: tuple, verdict: str, label: str | None) -> tuple[str, str | None, dict]:
-    """A returned tuple's slot i against the right answer's: right; or the value another slot should hold (the
-    values returned in another order); else as the steps judged it (what it is, by the relations)."""
-    g = _squeezed(np.asarray(r["value"], dtype=np.float64))
+def _same(a, b) -> bool:
+    a, b = _squeezed(np.asarray(a, dtype=np.float64)), _squeezed(np.asarray(b, dtype=np.float64))
+    return a.shape == b.shape and _equal(a, b)
+
+
+def _returned(records: list[dict], r: dict) -> list:
+    """The values of the other `return[i]` records of the same return as r (same function, same line)."""
+    return [x["value"] for x in records if x.get("qualname") == r.get("qualname") and x["line"] == r["line"]
+            and x["name"].startswith("return[")]
+
+
+def _judge_slot(r: dict, i: int, answer: tuple, verdict: str, label: str | None,
+                returned: list = ()) -> tuple[str, str | None, dict]:
+    """A returned tuple's slot i against the right answer's: right; or, where the slots returned are the right
+    answer's values in another order, that; else wrong as the steps judged it (what it is, by the relations)."""
+    g = r["value"]
 
     def same(a) -> bool:
-        w = _squeezed(np.asarray(a, dtype=np.float64))
-        return w.shape == g.shape and _equal(g, w)
+        return _same(g, a)
 
     if same(answer[i]):
         return "right", label, r
     j = next((j for j, a in enumerate(answer) if j != i and same(a)), None)
-    if j is not None:
+    # another order only where every slot holds a different one of the right values (a permutation)
+    matched = [next((k for k, a in enumerate(answer) if _same(v, a)), None) for v in returned]
+    permuted = len(matched) == len(answer) and None not in matched and len(set(matched)) == len(answer)
+    if j is not None and permuted:
         words = (f"holds what the function should return in place {j}, not {i}: the values are returned in another "
                  f"order than the docstring's")
         return "wrong", label or f"returned value [{i}]", {**r, "relation": words}
