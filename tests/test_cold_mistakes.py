@@ -1,6 +1,7 @@
 """Issue 42's regression set: 86 mistakes a cold student wrote (someone given only the student README and the
 stubs, who had read none of the catalogue, the tracer or the tests), each one change to their own correct stage
-files (`tests/cold/set_a/correct/`, full marks), with the lines the fix changes (`fix.json`).
+files (`tests/cold/set_a/correct/`, full marks): `fix.json` holds the change as (old, new) edits of that file, the
+lines of the changed file that the fix changes, and the student's sentence of what the bug is.
 
 Every attempt fails its stage; no name is given that was not reviewed for that attempt (`names` in its fix.json:
 the diagnoses and parting-line kinds the feedback gave when the set was taken in, each read against the student's
@@ -13,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import grade
+from conftest import grade, variant
 
 pytestmark = pytest.mark.slow  # 86 grades: make test only (CONTRIBUTING.md)
 
@@ -48,9 +49,7 @@ def graded(tmp_path_factory) -> dict:
     out = {}
     for name in ATTEMPTS:
         fix = json.loads((SET / "mistakes" / name / "fix.json").read_text())
-        sub = tmp_path_factory.mktemp(name) / "submission"
-        shutil.copytree(SET / "correct", sub)
-        shutil.copy(SET / "mistakes" / name / fix["file"], sub / fix["file"])
+        sub = variant(tmp_path_factory.mktemp(name), {fix["file"]: fix["edits"]}, base=SET / "correct")
         res = grade(sub, stages=[fix["stage"]])
         out[name] = (fix, res, terminal(res), sub)
     return out
