@@ -361,17 +361,12 @@ def _returned(records: list[dict], r: dict) -> list:
 
 
 def _judge_slot(r: dict, i: int, answer: tuple, verdict: str, label: str | None,
-                returned: list = ()) -> tuple[str, str | None, dict]:
+                returned: list) -> tuple[str, str | None, dict]:
     """A returned tuple's slot i against the right answer's: right; or, where the slots returned are the right
     answer's values in another order, that; else wrong as the steps judged it (what it is, by the relations)."""
-    g = r["value"]
-
-    def same(a) -> bool:
-        return _same(g, a)
-
-    if same(answer[i]):
+    if _same(r["value"], answer[i]):
         return "right", label, r
-    j = next((j for j, a in enumerate(answer) if j != i and same(a)), None)
+    j = next((j for j, a in enumerate(answer) if j != i and _same(r["value"], a)), None)
     # another order only where every slot holds a different one of the right values (a permutation)
     matched = [next((k for k, a in enumerate(answer) if _same(v, a)), None) for v in returned]
     permuted = len(matched) == len(answer) and None not in matched and len(set(matched)) == len(answer)
