@@ -199,6 +199,32 @@ def test_a_forked_child_ended_while_it_starts_fails_its_call_at_once(tmp_path):
         server.close()
 
 
+def test_a_measuring_child_whose_server_is_gone_is_not_waited_on():
+    """Watch stopping closes the fork server while a measuring child ends. The wait for that child asked the dead
+    server again and again until its 15 s were over (a core spun at 100 %: watch took 13 s and 9 s of CPU to leave
+    under load) and then blamed the child for 'running on'. It now stops at the first answer that nobody is there."""
+    from autograder.outcomes import BudgetSpent, ServerGone
+    from autograder.sandbox.launchers import ForkServer
+    from autograder.sandbox.runner import Worker, await_end
+
+    server = ForkServer(torch=False)
+    w = Worker(SOLUTIONS, timeout=120, zygote=server)
+    try:
+        assert w.call("softmax:softmax", [[1.0, 2.0]]) is not None
+        server.close()
+        asked = []
+        reap = w.child.reap
+        w.child.reap = lambda t=None: asked.append(t) or reap(t)
+        for cancelled, raised in ((True, BudgetSpent), (False, ServerGone)):
+            asked.clear()
+            with pytest.raises(raised):
+                await_end(w.child, 15.0, cancelled=lambda c=cancelled: c)
+            assert len(asked) == 1, f"asked the gone server {len(asked)} times"
+    finally:
+        w.close()
+        server.close()
+
+
 def test_ctrl_c_stops_watch_started_with_sigint_ignored(tmp_path):
     """A shell without job control starts a background job with SIGINT ignored, and its children inherit that: watch
     then kept running after Ctrl-C (found when the tests were run that way: watch processes left behind)."""

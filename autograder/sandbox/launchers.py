@@ -41,6 +41,7 @@ class Launched:
     cpu_s: float | None = None  # once reaped: the CPU time (user + system) the kernel counted for it
     status: int | None = None  # once reaped: its exit code
     private_tmp: bool = False  # inside namespaces: the temp folders it can write are not the ones the grader sees
+    gone: bool = False  # its fork server stopped answering: reap can no longer tell whether it ended
 
 
 def copy_child_files(dest: Path) -> Path:
@@ -391,6 +392,7 @@ class ForkServer:
                 try:
                     reply = self.ask({"wait": pid, "timeout": 0})
                 except ServerGone:
+                    launched.gone = True
                     return None
                 if reply.get("status") is not None or reply.get("gone") or time.monotonic() >= deadline:
                     launched.peak_bytes, launched.cpu_s = reply.get("peak_bytes"), reply.get("cpu_s")

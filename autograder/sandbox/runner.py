@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..child import no_processes, no_writes
 from ..child.policy import Limits, child_memory, plan
@@ -25,6 +25,7 @@ from ..outcomes import (
     BudgetSpent,
     GraderEnvironment,
     NeverLoaded,
+    ServerGone,
     ServerNeverStarted,
     StudentCrash,
     StudentError,
@@ -127,6 +128,19 @@ def end_every_child() -> None:
             kill_everything(w.token, w.uid, [], temp=False)
         if getattr(w, "scratch", None) is not None:
             shutil.rmtree(w.scratch, ignore_errors=True)
+
+
+def await_end(child: Launched, linger_s: float, cancelled: Callable[[], bool]) -> int | None:
+    """The exit code of a measuring child once it ends, None if it is still running after `linger_s`. Its fork
+    server gone (a grade being stopped, or a server killed), nobody can say any more: that raises at once rather
+    than asking the dead server again until the wait is over (a core spun for `linger_s`, then the child blamed)."""
+    deadline = time.monotonic() + linger_s
+    while (status := child.reap(0.2)) is None and time.monotonic() < deadline:
+        if child.gone:
+            if cancelled():
+                raise BudgetSpent("not run: the grade was cancelled")
+            raise ServerGone("the fork server stopped answering while a measuring child ended")
+    return status
 
 
 class Worker:
@@ -411,9 +425,7 @@ class Worker:
             value = run(fresh)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
             fresh.child.requests = -1
-            deadline = time.monotonic() + LINGER_S
-            while (status := fresh.child.reap(0.2)) is None and time.monotonic() < deadline:
-                pass
+            status = await_end(fresh.child, LINGER_S, cancelled=lambda: self.retired or _ENDED.is_set())
             if status is None:
                 # It would not end by itself. Ending it from here cannot give its count back: the kill may
                 # reach only the process in front of it (unshare, the spawner), which is then reaped before
