@@ -86,6 +86,20 @@ def _mutants() -> dict:
 MUTANTS = _mutants()
 
 
+def tiered(cases, stage_of, name_of=str) -> list:
+    """A family of mistakes as parameters: each stage's first case runs in `make test-fast`, the others are marked
+    slow (`make test` runs them all; CONTRIBUTING.md, the tiers). `stage_of` and `name_of` read a case."""
+    import pytest
+
+    first: dict = {}
+    out = []
+    for case in cases:
+        first.setdefault(stage_of(case), name_of(case))
+        fast = first[stage_of(case)] == name_of(case)
+        out.append(pytest.param(case, id=name_of(case), marks=() if fast else pytest.mark.slow))
+    return out
+
+
 def png_images(text: str) -> list:
     """The PNG pictures embedded in an HTML page (data: URIs), as greyscale arrays."""
     import base64

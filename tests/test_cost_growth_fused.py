@@ -165,7 +165,7 @@ def test_fused_growth_of_correct_quadratic_and_gated_code(tmp_path, seed):
     assert found["gate3000"][1], growth.describe(found["gate3000"][0])
 
 
-@pytest.mark.parametrize("seed", [0, 11])
+@pytest.mark.parametrize("seed", [0, pytest.param(11, marks=pytest.mark.slow)])  # another seed: make test
 def test_tiled_growth_of_correct_untiled_and_gated_code(tmp_path, seed):
     found = {}
     for name, text in (("correct", None), ("square", _tiled_body(HAND_TILED)), ("gate2048", _tiled_gated(2048))):

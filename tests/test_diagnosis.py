@@ -3,7 +3,7 @@
 Each submission is a copy of the solutions with one change (conftest.variant).
 """
 import pytest
-from conftest import MUTANTS, grade, variant
+from conftest import MUTANTS, grade, tiered, variant
 
 from autograder.evidence.inference import INFERRED_IDS
 from autograder.feedback.advice import diagnosis_text
@@ -32,15 +32,7 @@ def named(res) -> set[str]:
     return {r.diagnosis for s in res.stages.values() for r in s.checks if r.diagnosis}
 
 
-def _tiered(ids: list[str]) -> list:
-    """Each stage's first mistake runs in `make test-fast`; the rest are marked slow (`make test` runs them all)."""
-    first = {}
-    for i in ids:
-        first.setdefault(CATALOGUE[i].stage, i)
-    return [i if first[CATALOGUE[i].stage] == i else pytest.param(i, marks=pytest.mark.slow) for i in ids]
-
-
-@pytest.mark.parametrize("mistake", _tiered([i for i in CATALOGUE if i in MUTANTS]))
+@pytest.mark.parametrize("mistake", tiered([i for i in CATALOGUE if i in MUTANTS], lambda i: CATALOGUE[i].stage))
 def test_mistake_is_caught_and_named(tmp_path, mistake):
     edits, stages = MUTANTS[mistake]
     res = grade(variant(tmp_path, edits), stages=stages)
