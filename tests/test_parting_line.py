@@ -65,7 +65,15 @@ MUTANTS = (
     Mutant("fused-mask-inverted", {"fused.py": [("attn_mask=allowed, dropout_p=p)", "attn_mask=~allowed, dropout_p=p)")]},
            ("fused",), "return F.scaled_dot_product_attention(q, k, v, attn_mask=~allowed, dropout_p=p)", "attn_mask"),
     Mutant("fused-dropout-always", {"fused.py": [("    p = dropout_p if training else 0.0", "    p = dropout_p")]},
-           ("fused",), "return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)", "fused-dropout-in-eval"),
+           ("fused",), "p = dropout_p", "fused-dropout-in-eval"),  # the line that made the call's dropout_p
+    Mutant("fused-mask-per-column", {"fused.py": [(".tril(diagonal=T_k - T_q)", ".triu(diagonal=T_k - T_q)")]},
+           ("fused",), "allowed = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).triu(diagonal=T_k - T_q)",
+           "other keys than the causal ones"),
+    Mutant("fused-is-causal-from-a-flag", {"fused.py": [(
+        "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)",
+        "        flag = not causal  # a flag set on its own line\n"
+        "        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=flag)")]},
+           ("fused",), "flag = not causal  # a flag set on its own line", "is_causal"),
     # a stranger's misses, now on their line: a call's result dropped (not the correct `attend` it reaches), a
     # length counted by one, a softmax over the queries of a symmetric matrix (not "a transpose"), a standard
     # deviation where the variance belongs (a returned float)

@@ -19,7 +19,7 @@ from ..results import Located, StageStatus
 from ..sandbox.safe_files import read_text
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
 from . import relations, steps
-from .sources import deciding_line
+from .sources import argument_line, deciding_line
 
 
 def probes_of(stage: str) -> tuple[Probe, ...]:
@@ -155,12 +155,17 @@ def follow_sdpa(api, p: Probe) -> dict | None:
     for r in trace or []:
         if not isinstance(r, dict) or not isinstance(r.get("sdpa"), dict) or not isinstance(r.get("file"), str):
             continue
-        words = relations.sdpa_relation(r["sdpa"], causal=causal, dropout=dropout_p if training else 0.0,
-                                        training=training)
-        if words:
-            return {"label": "the scaled_dot_product_attention call", "line": int(r["line"]), "file": r["file"],
+        found = relations.sdpa_difference(r["sdpa"], causal=causal, dropout=dropout_p if training else 0.0,
+                                          training=training)
+        if found:
+            words, argument = found
+            call = int(r["line"])
+            made = argument_line(api.worker.submission, r["file"], call, argument)  # `p = ...` above the call
+            said = (f"line {made}: this makes the {argument} of your scaled_dot_product_attention call on line {call}, "
+                    f"which {words}") if made else f"line {call}: your scaled_dot_product_attention call {words}"
+            return {"label": "the scaled_dot_product_attention call", "line": made or call, "file": r["file"],
                     "function": r.get("function"), "name": r["name"], "verdict": "wrong", "got": None, "want": None,
-                    "relation": f"line {int(r['line'])}: your scaled_dot_product_attention call {words}"}
+                    "relation": said}
     return None
 
 

@@ -265,9 +265,10 @@ def mutated_words(line: int, param: str) -> str:
             "place): work on a copy, or make a new array")
 
 
-def sdpa_relation(call: dict, causal: bool, dropout: float, training: bool) -> str | None:
-    """What one SDPA call (tracer.sdpa_effect) does other than the reference's: the keys each query may see
-    (is_causal, attn_mask), its dropout_p, its scale; None when it agrees."""
+def sdpa_difference(call: dict, causal: bool, dropout: float, training: bool) -> tuple[str, str] | None:
+    """What one SDPA call (tracer.sdpa_effect) does other than the reference's, in words, and the argument that
+    says it (is_causal, attn_mask, dropout_p or scale): the keys each query may see, its dropout, its scale; None
+    when it agrees."""
     t_q, t_k, d = int(call.get("t_q", 0)), int(call.get("t_k", 0)), int(call.get("d", 1))
     i, j = np.arange(t_q)[:, None], np.arange(t_k)[None, :]
     want = j <= i + (t_k - t_q) if causal else np.ones((t_q, t_k), dtype=bool)
@@ -279,22 +280,31 @@ def sdpa_relation(call: dict, causal: bool, dropout: float, training: bool) -> s
         seen = seen & (j <= i)
     if seen.shape == want.shape and not np.array_equal(seen, want):
         if not call.get("is_causal") and not call.get("masked"):
-            return "sets neither is_causal nor attn_mask: every query sees every key, the later ones too"
+            return "sets neither is_causal nor attn_mask: every query sees every key, the later ones too", "is_causal"
         if call.get("is_causal") and not causal:
-            return "sets is_causal=True where causal=False: every query must see every key"
+            return "sets is_causal=True where causal=False: every query must see every key", "is_causal"
         if call.get("is_causal") and t_q != t_k:
             return (f"uses is_causal=True with {t_q} queries and {t_k} keys: is_causal aligns top-left (query i sees "
                     f"keys j <= i), while the queries are the last {t_q} positions (j <= i{t_k - t_q:+d}): pass the "
-                    "bottom-right mask as attn_mask instead")
+                    "bottom-right mask as attn_mask instead"), "is_causal"
         for words, m in _mask_changes(want) if causal else ():
             if np.array_equal(seen, m):
-                return "passes an attn_mask " + words.removeprefix("with the mask ")
+                return "passes an attn_mask " + words.removeprefix("with the mask "), "attn_mask"
+        if call.get("masked") and not call.get("is_causal") and causal:
+            return (f"passes an attn_mask that lets the queries see other keys than the causal ones (query i sees "
+                    f"keys j <= i{t_k - t_q:+d})"), "attn_mask"
         return None
     p = float(call.get("dropout_p", 0.0))
     if abs(p - dropout) > 1e-9:
         return (f"passes dropout_p={p:g} while training={training}: dropout belongs in training only" if not training
-                else f"passes dropout_p={p:g} where training=True asks for dropout_p={dropout:g}")
+                else f"passes dropout_p={p:g} where training=True asks for dropout_p={dropout:g}"), "dropout_p"
     scale = call.get("scale")
     if scale is not None and abs(scale * math.sqrt(d) - 1) > 1e-4:
-        return f"passes scale={scale:.4g}, where the default 1/sqrt(D) = {1 / math.sqrt(d):.4g} is right"
+        return f"passes scale={scale:.4g}, where the default 1/sqrt(D) = {1 / math.sqrt(d):.4g} is right", "scale"
     return None
+
+
+def sdpa_relation(call: dict, causal: bool, dropout: float, training: bool) -> str | None:
+    """sdpa_difference's words alone."""
+    found = sdpa_difference(call, causal, dropout, training)
+    return found[0] if found else None

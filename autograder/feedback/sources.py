@@ -100,6 +100,35 @@ def deciding_line(submission: Path, name: str, line: int | None) -> int | None:
     return line
 
 
+SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")  # its positional order
+
+
+def argument_line(submission: Path, name: str, line: int, argument: str) -> int | None:
+    """For the scaled_dot_product_attention call on `line`, the line that made the value passed as `argument`: the
+    last assignment before the call, in the same function, to a name the argument's expression reads (`p = dropout_p`
+    two lines up, then `dropout_p=p`). None where the call writes the value itself, passes a parameter as it came,
+    or leaves the argument out: the call's own line is then the one to change."""
+    tree = _parse(submission / name)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
+             and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "scaled_dot_product_attention"] \
+        if tree else []
+    if not calls:
+        return None
+    call = calls[-1]
+    value = next((k.value for k in call.keywords if k.arg == argument), None)
+    if value is None and SDPA_PARAMETERS.index(argument) < len(call.args):
+        value = call.args[SDPA_PARAMETERS.index(argument)]
+    read = {value.id} if isinstance(value, ast.Name) else set()  # `~mask`, `p if training else 0`: the call's own
+    home = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and f.lineno <= call.lineno <= (f.end_lineno or f.lineno)]
+    if not read or not home:
+        return None
+    made = [n.lineno for n in ast.walk(min(home, key=lambda f: (f.end_lineno or f.lineno) - f.lineno))
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and n.lineno < call.lineno
+            and read & {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}]
+    return max(made) if made else None
+
+
 def _parse(path: Path) -> ast.Module | None:
     try:
         return ast.parse(read_text(path) or "")
