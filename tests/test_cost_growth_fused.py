@@ -9,7 +9,7 @@ from autograder.api import StudentAPI
 from autograder.child import seeded
 from autograder.sandbox.launchers import ForkServer
 from autograder.sandbox.runner import Worker
-from autograder.stages import fused, growth, tiled
+from autograder.stages import CATALOGUE, fused, growth, tiled
 
 FUSED_START = "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
 HAND_FUSED = ("    T_q, T_k = q.shape[-2], k.shape[-2]\n"
@@ -122,6 +122,16 @@ def test_a_few_mib_of_allocator_noise_is_not_a_t_by_t_matrix():
     assert growth.Growth(sizes, (0, 0, 4 * 7344**2), own).broken() == 1
 
 
+def test_a_linear_addition_above_the_noise_floor_reads_linear():
+    """Found by a stranger: additions of 6.2, 13.4 and 27.5 MiB at n = 516, 1,366, 3,456 (linear in n, a constant
+    besides) read as 10x per doubling once 8 MiB of noise was taken off each. The floor now only decides whether a
+    step counts; the ratios are the memory's own."""
+    sizes = (516, 1366, 3456)
+    g = growth.Growth(sizes, tuple(int(x * 2**20) for x in (6.2, 13.4, 27.5)), tuple(4 * n * 16 * 8 for n in sizes))
+    assert g.broken() is None and max(g.per_doubling()) < 2.0, g.per_doubling()
+    assert growth.Growth(sizes, tuple(8 * n * n for n in sizes), g.own).broken() == 0  # the n x n scores still do
+
+
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
     """Found by a stranger: the spy compared a float mask with 0 and 1, which materialised a CausalBias as a T x T
@@ -137,6 +147,34 @@ def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
             m.close()
         # A materialised 4096 x 4096 float32 mask would be 64 MiB; allocator noise is about 1 MiB (CI saw 1.02 MiB).
         assert abs(peaks[True] - peaks[False]) < 8 * 2**20, (folder.name, peaks)
+
+
+MATERIALISED = [e for m in CATALOGUE.values() if m.id == "fused-materialized-mask" for e in m.mutant]
+SPIKES = {"fused": ("import torch\n", "import torch\n\n_spike = torch.ones(400 * 2**20 // 4)  # at import\ndel _spike\n"),
+          "tiled": ("import numpy as np\n", "import numpy as np\n\n_spike = np.ones(600 * 2**20 // 8)  # at import\n"
+                                           "del _spike\n")}
+
+
+@pytest.mark.parametrize("stage", ["fused", "tiled"])
+def test_memory_spent_at_import_hides_no_quadratic_call(tmp_path, stage):
+    """Found by a stranger attacker: a quadratic call (fused: the materialised mask; tiled: the whole n x n scores)
+    whose module touched 400 to 600 MiB at import kept every memory point: the child's whole-life peak was the
+    import's at every length (379, 379, 378 MiB: 'grew 1.0x'). The measured call is now bracketed on its own (the
+    import and the ordinary calls run first, in a call of their own), so the spike is not the call's."""
+    check = {"fused": "no_quadratic_memory", "tiled": "tiled_memory_linear"}[stage]
+    if stage == "fused":
+        src = (SOLUTIONS / "fused.py").read_text()
+        for e in MATERIALISED:
+            src = src.replace(e.old, e.new)
+    else:
+        src = _tiled_body(HAND_TILED)
+    old, new = SPIKES[stage]
+    files = {f"{stage}.py": src.replace(old, new, 1)}
+    honest = grade(_submission(tmp_path, "honest", {f"{stage}.py": src}), stages=[stage], seed=4).stages[stage]
+    spiked = grade(_submission(tmp_path, "spiked", files), stages=[stage], seed=4).stages[stage]
+    lost = {r.check.name: r for r in spiked.checks}[check]
+    assert not lost.passed, lost.note
+    assert spiked.score <= honest.score, (spiked.score, honest.score)
 
 
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only

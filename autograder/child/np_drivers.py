@@ -37,18 +37,22 @@ def softmax_memory_run(salt=0, baseline=False, *, seed=0, pkg):
     return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [rows, n] else None}
 
 
-def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, pkg):
+def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, phase="both", pkg):
     """One causal tiled call at n = n_q = n_k, after 1 to 3 ordinary ones of 8 to 64 rows, in a fresh child that ends
-    after it, so the parent can read the child's peak memory when it reaps it (sandbox.Worker.measure); for the
-    baseline, the same inputs and no call. Returns {"shape", "out"}: the output, which the parent checks at rows
-    it picks afterwards (the peak, measured outside, decides the memory; stages/growth.py compares it at three
-    lengths)."""
+    after it; for the baseline, the same inputs and no call. The phases are drivers.fused_memory_run's: "prepare"
+    imports the submission's module and makes the ordinary calls, "call" the measured one, which the parent
+    brackets (what it alone adds to the child's peak). Returns {"shape", "out"}: the output, which the parent checks
+    at rows it picks afterwards (the peak, measured outside, decides the memory; stages/growth.py compares it at
+    three lengths)."""
+    tiled = None if baseline else _mod(pkg, "tiled").tiled_attention
+    if phase != "call" and tiled is not None:
+        for m in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
+            tiled(*(a[:m] for a in seeded.attention_inputs(m, d, seed, np.float64)), True, block, block)
+    if phase == "prepare":
+        return None
     q, k, v = seeded.attention_inputs(n, d, seed, np.float64)
     if baseline:  # an output of the same size goes back, so what sending it costs is on both sides
         return {"shape": [n, d], "out": np.zeros((n, d))}
-    tiled = _mod(pkg, "tiled").tiled_attention
-    for m in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
-        tiled(*(a[:m] for a in (q, k, v)), True, block, block)
     out = tiled(q, k, v, True, block, block)
     shape = list(np.shape(out))
     return {"shape": shape, "out": np.asarray(out, dtype=np.float64) if shape == [n, d] else None}

@@ -1,0 +1,127 @@
+"""The cost rules' figures over seeds: for each rule, the lengths each seed drew and the growth per doubling the grade
+measured, for correct code written several ways and for the catalogued quadratic mistakes, as whole grades give them.
+
+    python -m bench.growth [--seeds 10] [--json bench/growth.json]
+
+Prints one table per rule (min and max of each growth over the seeds, how many seeds kept or lost the rule's points)
+and the time a grade of the three measured stages took. Figures, not assertions: the tests decide (tests/
+test_cost_growth*.py, `make sweep`); this shows the margins."""
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autograder.grade import grade  # noqa: E402
+from autograder.sandbox import launchers, namespaces  # noqa: E402
+from autograder.stages import CATALOGUE  # noqa: E402
+
+SOLUTIONS = ROOT / "solutions"
+RULES = {  # rule -> (stage, check)
+    "kv_cache decode: memory and CPU of 8 steps vs cache length": ("kv_cache", "decode_step_cost_linear"),
+    "fused: one causal call's memory vs T": ("fused", "no_quadratic_memory"),
+    "tiled: one causal call's memory vs n": ("tiled", "tiled_memory_linear"),
+}
+# correct code written otherwise (the styles strangers used), as (old, new) edits of the solutions
+APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
+TRIL_HEADS = [("class CausalSelfAttention(nn.Module):\n",
+               "class Head(nn.Module):\n    def __init__(self) -> None:\n        super().__init__()\n"
+               "        self.register_buffer('tril', torch.tril(torch.ones(1024, 1024)))\n\n\n"
+               "class CausalSelfAttention(nn.Module):\n"),
+              ("        self.out = nn.Linear(d_model, d_model, bias=False)\n",
+               "        self.out = nn.Linear(d_model, d_model, bias=False)\n"
+               "        self.heads = nn.ModuleList(Head() for _ in range(n_heads))\n"),
+              ("        allowed = torch.ones(T, T_k, dtype=torch.bool, device=q.device).tril(diagonal=T_k - T)  # [T, T_k]\n",
+               "        allowed = self.heads[0].tril[T_k - T : T_k, :T_k] != 0  # [T, T_k]\n")]
+SUBMISSIONS = {  # name -> (stage, kind, {file: [(old, new)]})
+    "solutions": (None, "correct", {}),
+    "per-head 1,024 x 1,024 tril buffers (Let's build GPT)": ("kv_cache", "correct", {"module.py": TRIL_HEADS}),
+    "fused with causal_lower_right as attn_mask": ("fused", "correct", {"fused.py": [(
+        "    if T_q == T_k:\n",
+        "    if causal:  # PyTorch's documented bottom-right mask, a lazy CausalBias\n"
+        "        from torch.nn.attention.bias import causal_lower_right\n\n"
+        "        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T_q, T_k), "
+        "dropout_p=p)\n    if T_q == T_k:\n")]}),
+}
+for mid in ("cache-quadratic-step", "fused-materialized-mask", "fused-not-fused"):
+    m = CATALOGUE[mid]
+    edits: dict = {}
+    for e in m.mutant:
+        edits.setdefault(e.file, []).append((e.old, e.new))
+    SUBMISSIONS[f"mistake {mid}"] = (m.stage, "mistake", edits)
+GREW = re.compile(r"grew ([\d.]+)x(?:, then ([\d.]+)x)?")
+AT = re.compile(r"(?:at|T =|n =) ([\d,]+(?:, [\d,]+)+)")
+
+
+def variant(dest: Path, edits: dict) -> Path:
+    shutil.copytree(SOLUTIONS, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, pairs in edits.items():
+        text = (dest / name).read_text()
+        for old, new in pairs:
+            if text.count(old) != 1:
+                raise SystemExit(f"{name}: {old[:60]!r} occurs {text.count(old)} times")
+            text = text.replace(old, new)
+        (dest / name).write_text(text)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    servers = {k: launchers.warm_launcher(isolate=namespaces.available(), wait=False, torch=k == "torch")
+               for k in ("numpy", "torch")}
+    rows, times = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (stage, kind, edits) in SUBMISSIONS.items():
+            sub = variant(Path(tmp) / str(len(rows)) / "submission", edits)
+            stages = [stage] if stage else [s for s, _ in RULES.values()]
+            for seed in range(args.seeds):
+                t0 = time.perf_counter()
+                res = grade(sub, stages=stages, seed=seed, zygote=servers)
+                if stage is None:
+                    times.append(time.perf_counter() - t0)
+                for rule, (st, check) in RULES.items():
+                    if st not in stages:
+                        continue
+                    r = {c.check.name: c for c in res.stages[st].checks}[check]
+                    text = r.note or r.message or ""
+                    grew = [float(g) for m in GREW.finditer(text) for g in m.groups() if g]
+                    rows.append({"rule": rule, "submission": name, "kind": kind, "seed": seed, "kept": r.passed,
+                                 "grew": grew, "text": text})
+                print(f"  {name} seed {seed}: " + ", ".join(
+                    f"{x['rule'].split(':')[0]} {'kept' if x['kept'] else 'LOST'} {x['grew']}"
+                    for x in rows if x["submission"] == name and x["seed"] == seed), flush=True)
+    for s in servers.values():
+        s.close()
+    print()
+    for rule in RULES:
+        print(f"## {rule}")
+        print("| submission | kept / seeds | growth per doubling, min | max |")
+        print("|---|---|---|---|")
+        for name, (_, kind, _) in SUBMISSIONS.items():
+            mine = [x for x in rows if x["rule"] == rule and x["submission"] == name]
+            if not mine:
+                continue
+            g = [v for x in mine for v in x["grew"]]
+            print(f"| {name} | {sum(x['kept'] for x in mine)} / {len(mine)} | "
+                  f"{min(g):.1f}x | {max(g):.1f}x |" if g else f"| {name} | {sum(x['kept'] for x in mine)} / "
+                  f"{len(mine)} | - | - |")
+        print()
+    if times:
+        times.sort()
+        print(f"a grade of kv_cache, fused and tiled (solutions): median {times[len(times) // 2]:.1f} s, "
+              f"min {times[0]:.1f} s, max {times[-1]:.1f} s over {len(times)} seeds")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "grade_s": times}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
