@@ -155,6 +155,7 @@ SPIKES = {"fused": ("import torch\n", "import torch\n\n_spike = torch.ones(400 *
                                            "del _spike\n")}
 
 
+@pytest.mark.slow  # two grades whose children touch 400-600 MiB each, at three lengths: make test only
 @pytest.mark.parametrize("stage", ["fused", "tiled"])
 def test_memory_spent_at_import_hides_no_quadratic_call(tmp_path, stage):
     """Found by a stranger attacker: a quadratic call (fused: the materialised mask; tiled: the whole n x n scores)
