@@ -257,6 +257,38 @@ def test_reading_every_block_fails_the_skip_check_however_it_is_dressed(tmp_path
     assert res.stages["tiled"].score <= honest
 
 
+# a stranger's own loop (a running log-sum-exp): a row that sees none of a key block gets the block maximum -inf,
+# and -inf - -inf is NaN, with every value finite
+LSE_LOOP = ("import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+            "    n_q, n_k = len(q), len(k)\n"
+            "    if causal and n_q > n_k:\n        raise ValueError('a query row would have no key')\n"
+            "    out = np.empty((n_q, v.shape[-1]))\n"
+            "    for start in range(0, n_q, block_q):\n"
+            "        stop = min(start + block_q, n_q)\n"
+            "        qb = q[start:stop] / np.sqrt(q.shape[-1])\n"
+            "        lse, acc = np.full(stop - start, -np.inf), np.zeros((stop - start, v.shape[-1]))\n"
+            "        visible, ks = (n_k - n_q + stop if causal else n_k), 0\n"
+            "        while ks < visible:\n"
+            "            ke = min(ks + block_k, visible)\n"
+            "            s = qb @ k[ks:ke].T\n"
+            "            if causal:\n"
+            "                s = np.where(np.arange(ks, ke) > (np.arange(start, stop) + n_k - n_q)[:, None], -np.inf, s)\n"
+            "            top = s.max(axis=1)\n"
+            "            new = np.logaddexp(lse, top + np.log(np.exp(s - top[:, None]).sum(axis=1)))\n"
+            "            acc = acc * np.exp(lse - new)[:, None] + np.exp(s - new[:, None]) @ v[ks:ke]\n"
+            "            lse, ks = new, ke\n"
+            "        out[start:stop] = acc\n"
+            "    return out\n")
+
+
+def test_a_nan_made_inside_the_call_is_not_blamed_on_the_hidden_keys(tmp_path):
+    """Found by a stranger: the skip check said 'a key block from 150 on reached' row 32 of a loop that never read
+    past key 123; its NaN came from a block maximum of -inf. The check now says so when the same call with every
+    value finite gives the NaN too, and names no skipping it cannot see."""
+    skip = _skip_check(_with_tiled(tmp_path / "lse", LSE_LOOP))
+    assert not skip.passed and "every value finite" in skip.message and "reached it" not in skip.message, skip.message
+
+
 @pytest.mark.slow
 def test_the_secret_never_travels_on_a_command_line(tmp_path):
     """regrade takes the course secret from a file (or ATTN_SECRET), so no process list shows it; the seeds it

@@ -163,6 +163,12 @@ def tiled_skips_hidden_blocks(api, ctx):
         if np.isnan(got[:kept]).any():
             row = int(np.argwhere(np.isnan(got[:kept]))[0, 0])
             i0 = row // bq * bq
+            clean = np.asarray(api.tiled_attention(q, k, v, True, bq, bk), dtype=float)
+            if clean.shape == got.shape and np.isnan(clean[row]).any():  # not the NaN keys': said as what it is
+                raise Fail(f"{what} gave NaN in row {row}, and so does the same call with every value finite: the "
+                           "NaN is made inside the call (a row's running maximum, sum or rescaling), not read from "
+                           "the hidden keys, so whether hidden blocks are skipped cannot be told until the values "
+                           "are right (the values' own checks show where)")
             raise Fail(f"{what} gave NaN in row {row}: its query block (rows {i0}..{min(i0 + bq, n_q) - 1}) sees no "
                        f"key past {n_k - n_q + min(i0 + bq, n_q) - 1}, yet a key block from {j0} on reached it (read "
                        "with weights 0, and 0 x NaN is NaN). Stop each query block's key loop after the key block "
