@@ -9,7 +9,7 @@ instructor-help:
 	@echo "instructors:"
 	@echo "make setup                   the venv every instructor command and test needs (they run it themselves too)"
 	@echo "make test                    the project's own tests, after make lint (make test-fast: the quick tier)"
-	@echo "make sweep                   the cost rules' 20-seed sweeps (gates lose, correct code keeps): about an hour"
+	@echo "make sweep                   the cost rules' 20-seed sweeps (gates lose, correct code keeps): about 6 minutes"
 	@echo "make lint                    ruff (ruff.toml)"
 	@echo "make exercises               regenerate exercises/ from solutions/ (check-exercises: fail if stale)"
 	@echo "make readme                  README.md's generated parts (stage table, catalogue, test counts)"
@@ -53,7 +53,7 @@ test-fast: $(VENV)/.instructor lint  ## before each commit: every module, no bui
 	$(PYTEST) -n $(FAST_WORKERS) --dist worksteal -m "not slow and not serial and not sweep" tests
 	$(PYTEST) -m "serial and not slow and not sweep" tests || test $$? -eq 5  # 5: no such test, which is fine
 
-sweep: $(VENV)/.instructor  ## the cost rules over 20 seeds each: size gates lose, correct code keeps (about an hour)
+sweep: $(VENV)/.instructor  ## the cost rules over 20 seeds each: size gates lose, correct code keeps (about 6 minutes on 2 cores)
 	$(PYTEST) -n $(WORKERS) --dist worksteal -m "sweep" -rA tests
 
 lint: $(VENV)/.dev  ## ruff, configured in ruff.toml

@@ -120,7 +120,7 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "serial: needs the machine to itself (a CPU-limited cgroup, a latency "
                                        "figure); `make test` runs these after the others, one at a time")
     config.addinivalue_line("markers", "sweep: a cost rule over 20 seeds (gates lose, correct code keeps): "
-                                       "`make sweep` only, about an hour")
+                                       "`make sweep` only, about 6 minutes on 2 cores")
 
 
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:

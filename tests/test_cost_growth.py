@@ -110,7 +110,7 @@ def test_growth_law_on_counts_seen():
     assert pair_bytes(131) < 25 * mib
 
 
-@pytest.mark.sweep  # `make sweep`: about an hour on 2 cores (CONTRIBUTING.md)
+@pytest.mark.sweep  # `make sweep`: about 6 minutes on 2 cores (CONTRIBUTING.md)
 @pytest.mark.parametrize("threshold", [150, 300, 500, 700, 776])
 def test_size_gates_across_the_stated_range_lose_at_nearly_every_seed(threshold, tmp_path):
     """The README's range is seeded.DECODE_RANGE; a gate anywhere in it above the shortest length's band loses the

@@ -283,14 +283,14 @@ def _gate_sweep(tmp_path, kind: str, gate: int, seeds=range(20)) -> list:
     return kept
 
 
-@pytest.mark.sweep  # `make sweep`: about an hour on 2 cores (CONTRIBUTING.md)
+@pytest.mark.sweep  # `make sweep`: about 6 minutes on 2 cores (CONTRIBUTING.md)
 @pytest.mark.parametrize("kind, gate", [("fused", g) for g in FUSED_GATES] + [("tiled", g) for g in TILED_GATES])
 def test_a_size_gate_anywhere_in_the_range_loses_at_19_of_20_seeds(tmp_path, kind, gate):
     kept = _gate_sweep(tmp_path, kind, gate)
     assert len(kept) <= 1, kept
 
 
-@pytest.mark.sweep  # `make sweep`: about an hour on 2 cores (CONTRIBUTING.md)
+@pytest.mark.sweep  # `make sweep`: about 6 minutes on 2 cores (CONTRIBUTING.md)
 def test_correct_code_keeps_the_rules_at_20_seeds(tmp_path):
     for kind, sub in (("fused", SOLUTIONS), ("tiled", SOLUTIONS)):
         m = _Measurer(sub, torch=kind == "fused")
