@@ -308,9 +308,6 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
-PHASES = ("both", "prepare", "call")  # a measured driver's: both in one call, or its start then its measured call
-
-
 def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, watched=True, phase="both", pkg):
     """One causal call at length T (B = H = 1), after 1 to 3 ordinary ones of 8 to 64 tokens (seeded.ordinary_sizes),
     in a fresh child that ends after it: the student's fused_attention, or, for the baseline,

@@ -105,9 +105,9 @@ SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal
 
 def argument_line(submission: Path, name: str, line: int, argument: str) -> int | None:
     """For the scaled_dot_product_attention call on `line`, the line that made the value passed as `argument`: the
-    last assignment before the call, in the same function, to a name the argument's expression reads (`p = dropout_p`
-    two lines up, then `dropout_p=p`). None where the call writes the value itself, passes a parameter as it came,
-    or leaves the argument out: the call's own line is then the one to change."""
+    last assignment before the call, in the same function, to the name passed (`p = dropout_p` two lines up, then
+    `dropout_p=p`). None where the call writes the value itself (`~mask`, `p if training else 0.0`), passes a
+    parameter as it came, or leaves the argument out: the call's own line is then the one to change."""
     tree = _parse(submission / name)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
              and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "scaled_dot_product_attention"] \
