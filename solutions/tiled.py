@@ -16,9 +16,11 @@ def tiled_attention(
     """softmax(q k^T / sqrt(d_k)) v without the [n_q, n_k] matrix.
 
     q [n_q, d_k], k [n_k, d_k], v [n_k, d_v] -> [n_q, d_v]. Extra memory grows with the block
-    sizes and n * d, not n_q * n_k. It is measured at three lengths n from 512 to 4,096, drawn
-    from the grade's seed (the shortest below 544, the longest from 3,072), causal, blocks of 256:
-    it may grow at most 2.8x per doubling of n (the n x n scores make 4x), and never fall as n
+    sizes and n * d, not n_q * n_k: hold one block_q x block_k tile of scores at a time (a
+    block_q x n_k strip per query block is not a tile). It is measured at three lengths n from
+    512 to 4,096, drawn from the grade's seed (the shortest below 544, the longest from 3,072),
+    causal, blocks of 256, counting every page the call touches (memory held before it too): it
+    may grow at most 2.8x per doubling of n (the n x n scores make 4x), and never fall as n
     grows. Key blocks that the causal mask hides entirely are skipped:
     never read, so NaN values there never reach the output. The grader sets the values of the last
     keys to NaN: query blocks that never see those keys must come back finite and exact (a block read

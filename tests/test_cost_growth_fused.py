@@ -178,6 +178,54 @@ def test_memory_spent_at_import_hides_no_quadratic_call(tmp_path, stage):
     assert spiked.score <= honest.score, (spiked.score, honest.score)
 
 
+# A T x T matrix written into a buffer the module filled at import (found by a second stranger attacker): the high-
+# water mark cannot see memory held before the call; the pages the call touches can. {buffer} is the scratch buffer
+# line; the honest twin allocates the same matrix per call.
+SCRATCH = {
+    "fused": ("import torch\nimport torch.nn.functional as F\n\n{buffer}\n\n"
+              "def fused_attention(q, k, v, causal=True, dropout_p=0.0, training=False):\n"
+              "    T_q, T_k = q.shape[-2], k.shape[-2]\n    p = dropout_p if training else 0.0\n"
+              "    if not causal:\n        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)\n"
+              "    m = {take}(T_q, T_k)  # [T_q, T_k], filled in place: -inf above the bottom-right diagonal\n"
+              "    m.fill_(float('-inf'))\n    m.triu_(T_k - T_q + 1)\n"
+              "    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p)\n",
+              "_SCR = torch.ones(8192 * 8192)  # 256 MiB, touched at import",
+              "_SCR[: T_q * T_k].view", "torch.empty"),
+    "tiled": ("import numpy as np\n\n{buffer}\n\n"
+              "def tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+              "    n_q, n_k = q.shape[0], k.shape[0]\n"
+              "    if causal and n_q > n_k:\n        raise ValueError('a query row has no allowed key')\n"
+              "    s = {take}((n_q, n_k))  # every pair of scores\n    np.matmul(q, k.T, out=s)\n"
+              "    s /= np.sqrt(q.shape[1])\n    out = np.empty((n_q, v.shape[1]))\n"
+              "    for i0 in range(0, n_q, block_q):\n        i1 = min(i0 + block_q, n_q)\n"
+              "        last = n_k - n_q + i1 - 1 if causal else n_k - 1\n        blk = s[i0:i1, : last + 1]\n"
+              "        if causal:\n"
+              "            blk[np.arange(last + 1)[None, :] > (n_k - n_q + np.arange(i0, i1))[:, None]] = -np.inf\n"
+              "        blk -= blk.max(axis=1, keepdims=True)\n        np.exp(blk, out=blk)\n"
+              "        blk /= blk.sum(axis=1, keepdims=True)\n        out[i0:i1] = blk @ v[: last + 1]\n"
+              "    return out\n",
+              "_SCR = np.ones(4200 * 4200)  # 135 MiB, touched at import",
+              "_SCR[: n_q * n_k].reshape", "np.empty"),
+}
+
+
+@pytest.mark.slow  # two grades whose children hold 135-256 MiB each, at three lengths: make test only
+@pytest.mark.parametrize("stage", ["fused", "tiled"])
+def test_a_matrix_written_into_memory_held_since_import_is_still_the_calls(tmp_path, stage):
+    """Quadratic work in a buffer filled at import kept the memory points (fused 14/14, tiled 10/10; honest twins
+    8.5): the call raised no high-water mark. The pages a call touches are counted now, held ones included."""
+    check = {"fused": "no_quadratic_memory", "tiled": "tiled_memory_linear"}[stage]
+    text, buffer, scratch, honest = SCRATCH[stage]
+    sources = {"trick": text.format(buffer=buffer, take=scratch), "honest": text.format(buffer="", take=honest)}
+    scores = {}
+    for name, src in sources.items():
+        st = grade(_submission(tmp_path, name, {f"{stage}.py": src}), stages=[stage], seed=2).stages[stage]
+        cost = {r.check.name: r for r in st.checks}[check]
+        assert not cost.passed, (name, cost.note)
+        scores[name] = st.score
+    assert scores["trick"] <= scores["honest"], scores
+
+
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_causal_lower_right_keeps_every_fused_point(tmp_path):
     sub = _submission(tmp_path, "lower-right", {"fused.py": _fused_body(LOWER_RIGHT)})

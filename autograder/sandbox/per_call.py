@@ -4,13 +4,17 @@ Between two calls a child waits on its request pipe, so the grader can bracket o
 "5" to /proc/PID/clear_refs (the kernel's high-water mark of the resident size, VmHWM, drops to the size now)
 and read the CPU time so far; just after it, read both again. What the call adds is the rise of the high-water
 mark above the size it started from, and the CPU time it took: memory the child took before the call (the module
-it built, buffers of any size, a cache allocated once) is not the call's. Nothing here runs in the child; the
-child can raise these counts, never lower them (its own clear_refs is refused by the run-time guard).
+it built, buffers of any size, a cache allocated once) is not the call's. The same reset clears every page's
+referenced bit ("1"), so the Referenced lines of /proc/PID/smaps (its anonymous mappings: data, not code) then
+count the resident memory the call read or wrote: pages it made and pages the child held before (a buffer filled
+at import and reused by the call, which the high-water mark cannot see: found by a stranger attacker). Nothing
+here runs in the child; the child can raise these counts, never lower them (its own clear_refs is refused by the
+run-time guard).
 
     meter = Meter(pid)          # pid: the launched child (or the process in front of it, e.g. unshare)
     meter.start()               # the child is idle: reset and read
     ... one call ...
-    cost = meter.stop()         # Cost(peak_bytes=..., cpu_s=...), None where this system cannot tell
+    cost = meter.stop()         # Cost(peak_bytes=..., cpu_s=..., touched_bytes=...), None where not told
 
 Where /proc is missing (macOS) or cannot be written, the Cost's fields are None and the caller falls back to
 the child's whole-life counts (wait4's rusage when it is reaped).
@@ -22,10 +26,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Cost:
     """What one call added: the rise of the child's peak resident memory over its size when the call began
-    (bytes), and its CPU time (seconds, every thread of the child). None where it could not be read."""
+    (bytes), and its CPU time (seconds, every thread of the child); and the resident memory the call read or wrote
+    (bytes: pages it touched, new ones and ones the child already held, each once). None where it could not be
+    read."""
 
     peak_bytes: int | None
     cpu_s: float | None
+    touched_bytes: int | None = None
 
 
 def _status_kib(pid: int, field: str) -> int | None:
@@ -71,6 +78,27 @@ def queue_wait_s(pid: int) -> float | None:
         return None
 
 
+def _referenced_kib(pid: int) -> int | None:
+    """The child's anonymous memory (heap, stack, anonymous mappings: its data, not the code of the interpreter and
+    libraries it runs) referenced since its referenced bits were last cleared (clear_refs "1"): the Referenced lines
+    of /proc/PID/smaps over those mappings, in KiB. None where the system does not say."""
+    total, anon, seen = 0, False, False
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(" ", 1)[0]
+                if "-" in head and all(c in "0123456789abcdef-" for c in head):  # a mapping's first line
+                    parts = line.split(None, 5)
+                    path = parts[5].strip() if len(parts) > 5 else ""
+                    anon = path in ("", "[heap]", "[stack]") or path.startswith("[anon")
+                elif anon and line.startswith("Referenced:"):
+                    total += int(line.split()[1])
+                    seen = True
+    except (OSError, ValueError, IndexError):
+        return None
+    return total if seen else None
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     try:
@@ -102,10 +130,12 @@ class Meter:
         self.pid = worker_pid(pid)
         self._base_kib: int | None = None
         self._cpu0: float | None = None
+        self._touching = False
 
     def start(self) -> None:
         """Reset the child's high-water mark to its size now, and note that size and its CPU time so far."""
         self._base_kib = self._cpu0 = None
+        self._touching = False
         if self.pid is None:
             return
         try:
@@ -116,6 +146,12 @@ class Meter:
         finally:
             self._cpu0 = _cpu_s(self.pid)
         self._base_kib = _status_kib(self.pid, "VmHWM")
+        try:  # and every page's referenced bit: what the call reads or writes, memory held before it included
+            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+                f.write("1")
+            self._touching = True
+        except OSError:
+            pass
 
     def stop(self) -> Cost:
         """What the call since start() added."""
@@ -124,4 +160,6 @@ class Meter:
         cpu = _cpu_s(self.pid)
         hwm = _status_kib(self.pid, "VmHWM")
         peak = None if hwm is None or self._base_kib is None else max(hwm - self._base_kib, 0) * 1024
-        return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0))
+        touched = _referenced_kib(self.pid) if self._touching else None
+        return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0),
+                    None if touched is None else touched * 1024)

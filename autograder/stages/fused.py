@@ -281,8 +281,9 @@ def module_fused_with_cache(api, ctx):
               rule=f"One causal call's memory must grow with T * d, not T * T. It is measured at three lengths T "
                    f"from {seeded.FUSED_RANGE[0]:,} to {seeded.FUSED_RANGE[1]:,}, drawn from the grade's seed (the "
                    f"shortest below {seeded.FUSED_RANGE[0] * 17 // 16:,}, the longest from "
-                   f"{seeded.FUSED_RANGE[1] * 3 // 4:,}): it must grow about 2x per doubling of T (a T x T matrix "
-                   f"makes 4x), at most {growth.MAX_GROWTH}x, and never fall as T grows.")
+                   f"{seeded.FUSED_RANGE[1] * 3 // 4:,}), counting every page the call touches (memory held before "
+                   "it too, such as a buffer filled at import): it must grow about 2x per doubling of T (a T x T "
+                   f"matrix makes 4x), at most {growth.MAX_GROWTH}x, and never fall as T grows.")
 def no_quadratic_memory(api, ctx):
     """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
     from the grade's seed"""

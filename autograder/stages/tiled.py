@@ -98,11 +98,12 @@ def tiled_large_scores(api, ctx):
 
 
 @STAGE.check(points=1.5, kind="property", visibility="public",
-              rule=f"Extra memory grows with the block sizes and n * d, not n_q * n_k. It is measured at three "
-                   f"lengths n from {LOW:,} to {HIGH:,}, drawn from the grade's seed (the shortest below "
-                   f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, blocks of {MEMORY_BLOCK}: it "
-                   f"may grow at most {growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never "
-                   "fall as n grows.")
+              rule=f"Extra memory grows with the block sizes and n * d, not n_q * n_k: hold one block_q x block_k "
+                   "tile of scores at a time (a block_q x n_k strip per query block is not a tile). It is measured at "
+                   f"three lengths n from {LOW:,} to {HIGH:,}, drawn from the grade's seed (the shortest below "
+                   f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, blocks of {MEMORY_BLOCK}, "
+                   "counting every page the call touches (memory held before it too): it may grow at most "
+                   f"{growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never fall as n grows.")
 def tiled_memory_linear(api, ctx):
     """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
     the grade's seed"""
