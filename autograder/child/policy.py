@@ -61,13 +61,15 @@ def container_memory() -> int | None:
 def child_memory(torch: bool, kit: int = 4 * 2**30) -> int:
     """A child's address-space limit: the kit's 4 GiB, or, inside a smaller container, the interpreter's own
     address space (torch maps ~0.7 GiB before any work) plus a share of the container's memory (a sixth for
-    a torch child, which runs beside another torch child; half for the numpy child, whose checks copy their
-    arguments to see them unchanged): a call that needs
-    more gets MemoryError in its own stage before the container's memory runs out for everyone."""
+    a torch child, which runs beside another torch child; a third for the numpy child, whose checks copy their
+    arguments to see them unchanged, and which runs beside the torch children, their fork server and the grader:
+    at a half, a tiled call that builds the n x n scores at n = 4,096 filled the 768 MiB container and the kernel
+    killed it, where a third ends it with MemoryError at 552 MiB in all): a call that needs more gets MemoryError in
+    its own stage before the container's memory runs out for everyone."""
     limit = container_memory()
     if limit is None:
         return kit
-    return min(kit, 704 * 2**20 + limit // 6 if torch else 192 * 2**20 + limit // 2)
+    return min(kit, 704 * 2**20 + limit // 6 if torch else 192 * 2**20 + limit // 3)
 
 
 # (name in reports, Limits field, resource constant's name): the limits enter() applies, in order
