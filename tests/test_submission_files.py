@@ -153,6 +153,7 @@ def test_what_is_graded_is_the_snapshot_not_a_later_edit(tmp_path):
 def test_a_snapshot_is_a_value_that_never_reads_the_folder_again(tmp_path):
     """Snapshot answers by name from the bytes it took: a file deleted or replaced afterwards, a link, a file that
     was never there; an edited copy (repair's) leaves the original as it was."""
+    from autograder.sandbox import safe_files
     from autograder.sandbox.safe_files import UnusableFile, take
 
     sub = variant(tmp_path, {})
@@ -169,6 +170,13 @@ def test_a_snapshot_is_a_value_that_never_reads_the_folder_again(tmp_path):
     edited = snap.with_file("softmax.py", b"x = 1\n")
     assert edited.read_bytes("softmax.py") == b"x = 1\n" and snap.read_bytes("softmax.py") == good
     assert edited.sha256["softmax.py"] != snap.sha256["softmax.py"] and edited.folder == snap.folder
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(safe_files.MAX_FILES + 1):
+        (crowded / f"helper{i:03}.py").write_text("")
+    many = take(crowded)  # past the cap a name is not read, and is not called missing either
+    assert len(many.data) == safe_files.MAX_FILES and many.problem("helper000.py") is None
+    assert many.problem(f"helper{safe_files.MAX_FILES:03}.py").startswith("was not read")
 
 
 def test_safe_files_keeps_no_registry_and_a_grade_reads_no_path():

@@ -1,10 +1,10 @@
 """Reading what a submission hands in: regular files only, never through a symbolic link, never a
 device or a FIFO, each size-capped.
 
-A grade reads its folder once: `take(folder)` reads every top-level .py file into a Snapshot (bytes and
+A grade reads its folder once: `take(folder)` reads its top-level .py files into a Snapshot (bytes and
 SHA-256, or why the file cannot be used), and the grade hands that Snapshot down as a value to whatever reads
 the student's files while it runs: the static check, the child's copy (sandbox.runner.Worker.snapshot), the
-checks that parse source (`ctx.snapshot`, `api.worker.snapshot`), localisation, the pointers, the reach
+checks that parse source (`ctx.snapshot`, stages.common.worker_snapshot), localisation, the pointers, the reach
 analysis and repair ask it (`snap.read_bytes(name)`, `snap.read_text(name)`, `snap.problem(name)`), never a
 path. So they all see the same bytes, whatever happens to the folder during the grade. There is no registry of
 snapshots: a path given to `read_bytes`, `read_text` or `problem` is always read from disk, for code outside a
@@ -90,17 +90,23 @@ MAX_FILES = 64  # top-level .py files read into a snapshot; a folder with more i
 class Snapshot:
     """The top-level .py files of one submission folder, each read once (`take`): `data` (bytes), `sha256`
     (hex), or `problems` (why it cannot be used, as `problem` words it). A value: nothing reads the folder
-    again through it; `folder` is where the files were read, for the paths shown to the student."""
+    again through it; `folder` is where the files were read, for the paths shown to the student; `complete` is
+    False where the folder held more than MAX_FILES .py files (those past the cap were not read)."""
 
-    def __init__(self, folder: Path, data: dict[str, bytes], problems: dict[str, str]) -> None:
+    def __init__(self, folder: Path, data: dict[str, bytes], problems: dict[str, str], complete: bool = True) -> None:
         self.folder = Path(folder)
         self.data = dict(data)
         self.problems = {n: why for n, why in problems.items() if n not in self.data}
+        self.complete = complete
         self.sha256 = {n: hashlib.sha256(b).hexdigest() for n, b in self.data.items()}
 
     def problem(self, name: str) -> str | None:
         """Why `name` cannot be used (a file absent when the snapshot was taken is 'missing'), or None."""
-        return None if name in self.data else self.problems.get(name, "missing")
+        if name in self.data:
+            return None
+        if name in self.problems:
+            return self.problems[name]
+        return "missing" if self.complete else f"was not read: the folder holds more than {MAX_FILES} .py files"
 
     def read_bytes(self, name: str) -> bytes:
         """The bytes of `name` as taken; UnusableFile (saying why) for a file that could not be used or was absent."""
@@ -120,7 +126,7 @@ class Snapshot:
 
     def with_file(self, name: str, data: bytes) -> "Snapshot":
         """A copy of this snapshot with `name` holding `data` (feedback/repair.py's edited copy)."""
-        return Snapshot(self.folder, {**self.data, name: data}, self.problems)
+        return Snapshot(self.folder, {**self.data, name: data}, self.problems, self.complete)
 
     @property
     def names(self) -> list[str]:
@@ -133,7 +139,8 @@ def take(folder: Path) -> Snapshot:
     folder = Path(folder).resolve()
     data: dict[str, bytes] = {}
     problems: dict[str, str] = {}
-    for name in sorted(p.name for p in folder.glob("*.py"))[:MAX_FILES]:
+    names = sorted(p.name for p in folder.glob("*.py"))
+    for name in names[:MAX_FILES]:
         why = _problem(folder / name)
         if why:
             problems[name] = why
@@ -142,4 +149,4 @@ def take(folder: Path) -> Snapshot:
             data[name] = _read(folder / name)
         except UnusableFile as e:
             problems[name] = str(e).removeprefix(f"{name} ")
-    return Snapshot(folder, data, problems)
+    return Snapshot(folder, data, problems, complete=len(names) <= MAX_FILES)
