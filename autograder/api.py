@@ -113,7 +113,9 @@ class ReplayAPI:
 
 
 class Context:
-    """What a check gets besides the API: seeded randomness, the reference and the known mistakes.
+    """What a check gets besides the API: seeded randomness, the reference, the known mistakes, and the
+    submission's files as the grade took them (`snapshot`, a sandbox.safe_files.Snapshot: a check that parses the
+    student's source asks it, `ctx.snapshot.read_bytes("softmax.py")`, never a path).
 
     Where the expected values come from recorded fixtures (the student repo: `fixed_public`), public
     checks draw from seed 0, the seed the fixtures were recorded with. Where the reference is at hand
@@ -121,16 +123,16 @@ class Context:
     that could be looked up in the fixtures the release ships.
     """
 
-    def __init__(self, seed: int, ref, mistakes, submission, fixed_public: bool = False) -> None:
+    def __init__(self, seed: int, ref, mistakes, snapshot, fixed_public: bool = False) -> None:
         self.seed = seed
         self.ref = ref
         self.mistakes = mistakes
-        self.submission = submission
+        self.snapshot = snapshot  # the submission's files as the grade took them (sandbox.safe_files.Snapshot)
         self.fixed_public = fixed_public
 
     def for_check(self, visibility: str) -> "Context":
         seed = 0 if visibility == "public" and self.fixed_public else self.seed
-        return Context(seed, self.ref, self.mistakes, self.submission, self.fixed_public)
+        return Context(seed, self.ref, self.mistakes, self.snapshot, self.fixed_public)
 
     def rng(self, tag: str) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(tag.encode())])

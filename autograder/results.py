@@ -6,6 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from .declarations import Check
+from .sandbox.safe_files import Snapshot
 from .stages import BY_NAME, mistakes_of
 
 NIE = "NotImplementedError"
@@ -166,6 +167,9 @@ class Results:
     ignored_files: list[str] = field(default_factory=list)  # .py files that are not stage modules (never run)
     located: dict[str, Located] = field(default_factory=dict)  # stage -> the function found wrong on its own
     files: dict[str, str] = field(default_factory=dict)  # stage file -> SHA-256 of the bytes graded (read once)
+    # the bytes graded (sandbox.safe_files.Snapshot), for the feedback worked out from the record afterwards (the
+    # next step's lines, watch's merged screen): never read from the folder again; not part of as_json
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
 
     @property
     def ignored_note(self) -> str:

@@ -106,12 +106,12 @@ class Session:
                 waiting.cancel()
                 return
             self.kit.update(res.stages)
-            agree_with_grade(self.kit, self.folder)  # the statuses `make grade` would give
+            agree_with_grade(self.kit, res.snapshot)  # the statuses `make grade` would give
             found = {**(merged.stages if merged else {}), **res.stages}
             located = {**(merged.located if merged else {}), **res.located}
             merged = Results(res.submission, {n: found[n] for n in stages if n in found}, res.seed,
                              protections_off=res.protections_off, ignored_files=res.ignored_files,
-                             located={n: loc for n, loc in located.items() if n in stages})
+                             located={n: loc for n, loc in located.items() if n in stages}, snapshot=res.snapshot)
             # the statuses are the kit's, decided again as `make grade` would: so is the next step
             merged.next_step = next_step(merged, {n: sr.status for n, sr in self.kit.items()})
             pending = [n for p in phases[i + 1:] for n in p]
@@ -226,10 +226,10 @@ def hung_up(fds: list[int]) -> bool:
         return True
 
 
-def agree_with_grade(kit: dict, folder: Path) -> None:
+def agree_with_grade(kit: dict, snap) -> None:
     """Decide each known stage's status again, in stage order, over every stage's latest result, as one
     `make grade` would over all of them (a save in masking.py grades masking alone: 'blocked by scaling'
-    needs scaling's latest result)."""
+    needs scaling's latest result); the source it follows is the latest grade's snapshot (`snap`)."""
     from .grade.verdict import decide_status
 
     done: dict = {}
@@ -237,7 +237,7 @@ def agree_with_grade(kit: dict, folder: Path) -> None:
         if s.name in kit:
             sr = kit[s.name]
             sr.blocked_by = None
-            decide_status(sr, done, folder)
+            decide_status(sr, done, snap)
             done[s.name] = sr
 
 

@@ -151,6 +151,7 @@ def test_a_probes_function_must_be_one_the_solutions_define(tmp_path, function, 
     and `Class.method` is followed like the bare name."""
     from autograder.declarations import Probe
     from autograder.feedback.localise import _body_lines
+    from autograder.sandbox.safe_files import take
 
     (tmp_path / "toy.py").write_text("def helper():\n    pass\n\n\nclass Toy:\n    def go(self):\n        x = 1\n"
                                      "        return x\n")
@@ -163,17 +164,18 @@ def test_a_probes_function_must_be_one_the_solutions_define(tmp_path, function, 
         with pytest.raises(DeclarationError, match=r"field `probes`: probe toy_probe: solutions/toy.py defines no"):
             check_declarations([*STAGES, stage], solutions=tmp_path, mutants=False)
     if function.startswith("Toy.go") or function == "go":
-        assert [n for n, _ in _body_lines(tmp_path, "toy.py", function)] == [7, 8]
+        assert [n for n, _ in _body_lines(take(tmp_path), "toy.py", function)] == [7, 8]
 
 
 def test_a_class_method_where_opens_at_the_methods_def_line(tmp_path):
     from autograder.feedback.sources import def_line_number
+    from autograder.sandbox.safe_files import take
 
     (tmp_path / "kv_cache.py").write_text("class KVCache:\n    def __init__(self):\n        pass\n\n"
                                           "    def append(self, k, v):\n        return k, v\n")
-    assert def_line_number(tmp_path, "kv_cache.py", "KVCache.append") == 5
-    assert def_line_number(tmp_path, "kv_cache.py", "append") == 5
-    assert def_line_number(tmp_path, "kv_cache.py", "KVCache") == 1
+    assert def_line_number(take(tmp_path), "kv_cache.py", "KVCache.append") == 5
+    assert def_line_number(take(tmp_path), "kv_cache.py", "append") == 5
+    assert def_line_number(take(tmp_path), "kv_cache.py", "KVCache") == 1
 
 
 def test_a_checks_title_is_its_docstrings_first_paragraph_whole():

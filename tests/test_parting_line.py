@@ -401,7 +401,7 @@ def test_an_edit_that_leaves_a_check_failing_claims_nothing(tmp_path):
     res = grade(sub, stages=["softmax"])
     loc = res.located.get("softmax")
     assert "over axis 0" in (parting_words(loc) or ""), res.next_step
-    assert edits_for(loc, sub), "an edit is derived, and tried"
+    assert edits_for(loc, res.snapshot), "an edit is derived, and tried"
     assert repair_of(loc) is None and "onfirmed" not in res.next_step, res.next_step
 
 

@@ -36,7 +36,7 @@ def test_the_record_is_plain_data(solutions_result):
 def test_stubs_raise_where_their_stub_is(stubs_result):
     sr = stubs_result.stages["softmax"]
     assert sr.status == StageStatus.NOT_STARTED
-    path, line = first_stub(stubs_result.submission, "softmax")
+    path, line = first_stub(stubs_result.snapshot, "softmax")
     first = sr.checks[0]
     assert (first.status, first.failure) == (CheckStatus.FAILED, Failure.RAISED)
     assert first.where == Where(path.name, "softmax", line)
@@ -47,7 +47,7 @@ def test_a_diagnosis_is_data_not_a_line_of_the_message(tmp_path):
     named = [r for r in res.stages["softmax"].checks if r.diagnosis]
     assert named and all(r.diagnoses == ["softmax-no-exp"] and r.failure == Failure.WRONG for r in named)
     assert not any("softmax-no-exp" in r.message or r.message.startswith("diagnosis") for r in named)
-    line = def_line_number(res.submission, "softmax.py", "softmax")
+    line = def_line_number(res.snapshot, "softmax.py", "softmax")
     assert named[0].where == Where("softmax.py", "softmax", line)
     tests = [t for t in results_json(res)["tests"] if t["extra_data"]["diagnosis"]]
     assert all("**Diagnosis** softmax-no-exp:" in t["output"] for t in tests)

@@ -596,11 +596,12 @@ def test_the_grading_child_loads_the_torch_parts_the_stages_import_in_its_start(
     """A top-level import of a heavy part of torch (torch._dynamo, through causal_lower_right) loads in the torch
     child's start, before its first call's clock: the grade names it from the stages' files, the child loads it."""
     from autograder.sandbox import runner
+    from autograder.sandbox.safe_files import take
     from autograder.stages.common import imported_libraries
 
     sub = variant(tmp_path, {})
     (sub / "fused.py").write_text(PRELOAD_PROBE + (sub / "fused.py").read_text())
-    libraries = imported_libraries(sub, ["module"])  # module.py imports fused.py, which imports the bias
+    libraries = imported_libraries(take(sub), ["module"])  # module.py imports fused.py, which imports the bias
     assert "torch.nn.attention.bias" in libraries
     monkeypatch.setenv("ATTN_STATIC_CHECK", "off")  # the probe reads typing.sys, which the rule refuses
     loaded = {}

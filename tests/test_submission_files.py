@@ -129,20 +129,119 @@ def test_a_grade_reads_each_stage_file_once(tmp_path, monkeypatch):
 
 
 def test_what_is_graded_is_the_snapshot_not_a_later_edit(tmp_path):
-    """A file rewritten (here into a symbolic link to the solutions) after the snapshot is taken changes
-    nothing in that grade; the record names the SHA-256 of the bytes it graded."""
+    """A file rewritten (here into a symbolic link to the solutions) after the snapshot is taken (prestart, as `make
+    grade` takes it) changes nothing in that grade; the record names the SHA-256 of the bytes it graded."""
     import hashlib
 
-    from autograder.sandbox.runner import prestart
-    from autograder.sandbox.safe_files import take
+    from autograder.sandbox.runner import close_launchers, prestart
 
     sub = variant(tmp_path, {})
     good = (sub / "softmax.py").read_bytes()
-    take(sub)
-    (sub / "softmax.py").unlink()
-    (sub / "softmax.py").symlink_to(SOLUTIONS / "softmax.py")
-    res = grade(sub, stages=["softmax"], workers=prestart(sub.resolve(), ["softmax"], 10.0))
+    workers = prestart(sub.resolve(), ["numpy"], 10.0)
+    try:
+        (sub / "softmax.py").unlink()
+        (sub / "softmax.py").symlink_to(SOLUTIONS / "softmax.py")
+        res = grade(sub, stages=["softmax"], workers=workers)
+    finally:
+        close_launchers(workers)
     assert res.stages["softmax"].status == "passed"
     assert res.files["softmax.py"] == hashlib.sha256(good).hexdigest()
     again = grade(sub, stages=["softmax"])  # a new grade reads the folder as it is now: the link is refused
     assert again.stages["softmax"].status != "passed"
+
+
+def test_a_snapshot_is_a_value_that_never_reads_the_folder_again(tmp_path):
+    """Snapshot answers by name from the bytes it took: a file deleted or replaced afterwards, a link, a file that
+    was never there; an edited copy (repair's) leaves the original as it was."""
+    from autograder.sandbox import safe_files
+    from autograder.sandbox.safe_files import UnusableFile, take
+
+    sub = variant(tmp_path, {})
+    (sub / "notes.py").symlink_to(SOLUTIONS / "scores.py")
+    good = (sub / "softmax.py").read_bytes()
+    snap = take(sub)
+    shutil.rmtree(sub)
+    assert snap.read_bytes("softmax.py") == good and snap.read_text("softmax.py") == good.decode()
+    assert snap.problem("softmax.py") is None and snap.folder == sub.resolve()
+    assert snap.problem("notes.py").startswith("is a symbolic link") and snap.read_text("notes.py") is None
+    assert snap.problem("absent.py") == "missing"
+    with pytest.raises(UnusableFile, match="absent.py missing"):
+        snap.read_bytes("absent.py")
+    edited = snap.with_file("softmax.py", b"x = 1\n")
+    assert edited.read_bytes("softmax.py") == b"x = 1\n" and snap.read_bytes("softmax.py") == good
+    assert edited.sha256["softmax.py"] != snap.sha256["softmax.py"] and edited.folder == snap.folder
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(safe_files.MAX_FILES + 1):
+        (crowded / f"helper{i:03}.py").write_text("")
+    many = take(crowded)  # past the cap a name is not read, and is not called missing either
+    assert len(many.data) == safe_files.MAX_FILES and many.problem("helper000.py") is None
+    assert many.problem(f"helper{safe_files.MAX_FILES:03}.py").startswith("was not read")
+
+
+def test_safe_files_keeps_no_registry_and_a_grade_reads_no_path():
+    """The snapshot is handed down, never looked up: safe_files holds no module-level state to look one up in, and
+    what runs in a grade imports from it only the Snapshot type, its error and `take` (the one read, made by the
+    grade, prestart and a Worker handed a folder alone; `make hint` outside a grade). The disk reads by path
+    (read_bytes, read_text, problem) are for the code outside a grade: the zip reader, `make submit`, regrade, the
+    instructor tools."""
+    import ast
+
+    from autograder.sandbox import safe_files
+
+    package = ROOT / "autograder"
+    tree = ast.parse((package / "sandbox" / "safe_files.py").read_text())
+    state = [t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
+    assert set(state) <= {"MAX_FILE_BYTES", "MAX_NOTEBOOK_BYTES", "MAX_FILES"}, state
+    assert not {"current", "release", "_held", "_CURRENT"} & set(vars(safe_files)), "a registry of snapshots"
+    outside = {"submission.py", "instructor"}  # they read files by path, outside a grade
+    allowed = {"Snapshot", "UnusableFile", "take", "MAX_FILE_BYTES", "MAX_NOTEBOOK_BYTES"}
+    takers = set()
+    for path in sorted(package.rglob("*.py")):
+        part = path.relative_to(package).parts[0]
+        if part in outside or path.name == "safe_files.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("safe_files"):
+                assert {a.name for a in node.names} <= allowed, (path, [a.name for a in node.names])
+            if isinstance(node, ast.Import):
+                assert not any(a.name.endswith("safe_files") for a in node.names), path
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "take":
+                takers.add(str(path.relative_to(package)))
+    assert takers == {"grade/__init__.py", "sandbox/runner.py", "feedback/hints.py"}, takers
+
+
+def test_a_grade_reads_its_snapshot_after_the_folder_is_changed_retaken_and_removed(tmp_path, monkeypatch):
+    """After the grade's snapshot is taken (prestart), the folder is edited (the mistake fixed, its lines moved),
+    read again by someone else (`take`, as another grade of the same folder would), then removed, and any read of
+    a file by path fails loudly: the grade still grades the bytes it took, localises and points at their lines, and
+    names their SHA-256."""
+    import hashlib
+
+    from autograder.sandbox import safe_files
+    from autograder.sandbox.runner import close_launchers, prestart
+
+    sub = variant(tmp_path, {"masking.py": [("return j <= i + (n_k - n_q)", "return j <= i")]})
+    taken = (sub / "masking.py").read_text()
+    wrong = next(i for i, line in enumerate(taken.splitlines(), 1) if line.strip().startswith("return j <= i  #"))
+    workers = prestart(sub.resolve(), ["numpy"], 10.0)
+    try:
+        (sub / "masking.py").write_text("# moved\n# down\n# three\n" + (SOLUTIONS / "masking.py").read_text())
+        safe_files.take(sub)  # another reader of the same folder: nothing of it reaches this grade
+        shutil.rmtree(sub)
+
+        def no_disk(path, limit=safe_files.MAX_FILE_BYTES):
+            raise AssertionError(f"{path} read from disk during the grade")
+
+        monkeypatch.setattr(safe_files, "_read", no_disk)
+        monkeypatch.setattr(safe_files, "_problem", no_disk)
+        res = grade(sub, stages=["softmax", "scaling", "masking"], workers=workers)
+    finally:
+        close_launchers(workers)
+    assert res.files["masking.py"] == hashlib.sha256(taken.encode()).hexdigest()
+    assert res.stages["masking"].status == "failed" and res.stages["softmax"].status == "passed"
+    loc = res.located.get("masking")
+    assert loc is not None and loc.file == "masking.py" and loc.line == wrong, loc
+    assert f"masking.py:{wrong}" in res.next_step, res.next_step

@@ -16,7 +16,7 @@ def test_separate_runs_give_the_status_grade_gives(tmp_path):
     for stages in (["softmax", "scaling"], ["masking"]):  # a save in masking.py grades masking alone
         res = grade(sub, stages=stages)
         kit.update(res.stages)
-        agree_with_grade(kit, sub)
+        agree_with_grade(kit, res.snapshot)
     whole = grade(sub, stages=["softmax", "scaling", "masking"])
     assert kit["masking"].status == whole.stages["masking"].status == "blocked"
     assert kit["masking"].blocked_by == whole.stages["masking"].blocked_by == "scaling"

@@ -31,7 +31,7 @@ def _where(res: Results, stage, first, stub) -> str:
     """file:line for a failing check: the line that raised, else the stage's stub, else the def of the
     first of the stage's functions the check called (a module check points at module.py, not heads.py)."""
     if first.error and first.error.get("file"):  # the `if` that decided to raise, where the student's code raised
-        line = deciding_line(res.submission, first.error["file"], first.error["line"])
+        line = deciding_line(res.snapshot, first.error["file"], first.error["line"])
         return f"{rel(res.submission / first.error['file'])}:{line}"
     if first.failure == Failure.TIMEOUT and first.where and first.where.line:  # the line a hung call was running
         return f"{rel(res.submission / first.where.file)}:{first.where.line}"
@@ -40,7 +40,7 @@ def _where(res: Results, stage, first, stub) -> str:
     for name in first.called:
         for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
             if file in stage.files:  # a driver builds the file's class: no name points at that class
-                return def_line(res.submission, f"{file}:{func or ''}")
+                return def_line(res.snapshot, f"{file}:{func or ''}")
     return rel(res.submission / stage.files[0])
 
 
@@ -72,7 +72,8 @@ def repaired(loc) -> str:
 
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     """The one thing to do next. `statuses` (watch) holds every stage's latest status: when the stages
-    just graded pass, it points at the first stage still failing elsewhere."""
+    just graded pass, it points at the first stage still failing elsewhere. The lines it names are read from the
+    files as the grade took them (`res.snapshot`), never from the folder."""
     core_done = all(sr.status == "passed" for sr in res.core_stages)
     faults = [(sr.stage, r) for sr in res.stages.values() for r in sr.checks if r.failure and r.failure.environment]
     if faults:  # nothing of the student's can be fixed about it: say what is wrong with the grader's environment
@@ -87,9 +88,9 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
         head = f"stage {s.number} ({s.name})"
         if sr.status == "blocked":
             return f"{head} is blocked {blocked_note(sr, res)}: fix {sr.blocked_by} first (see above)."
-        stub = first_stub(res.submission, s.name)
+        stub = first_stub(res.snapshot, s.name)
         if sr.status == "not_started":
-            missing = [f for f in s.files if not (res.submission / f).exists()]
+            missing = [f for f in s.files if res.snapshot.problem(f) == "missing"]
             if missing:
                 return (f"start {head}: {', '.join(rel(res.submission / f) for f in missing)} "
                         f"{'is' if len(missing) == 1 else 'are'} not in the submission; put the starter file back "
@@ -112,7 +113,7 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
             where = loc_text(res, loc) if loc else \
-                "at " + (def_line(res.submission, m.where) if m.where else _where(res, s, first, stub))
+                "at " + (def_line(res.snapshot, m.where) if m.where else _where(res, s, first, stub))
             named = "" if m.id in INFERRED_IDS else f"{m.id}, "  # an inferred id is the kit's tag: the words alone
             return f"fix {head} {where}: {named}{m.explanation}.{repaired(loc)} Reread {m.reread}."
         if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value

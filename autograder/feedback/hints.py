@@ -9,6 +9,7 @@ article section.
 import json
 from pathlib import Path
 
+from ..sandbox.safe_files import take
 from ..stages import BY_NAME, CATALOGUE, HINTS, STAGES
 from .hint_ladders import ladder as ladder_of
 from .repair import repair_of
@@ -72,8 +73,9 @@ def first_unfinished(submission: Path) -> str | None:
                 return s.name
     if statuses and all(statuses.get(s.name) == "passed" for s in STAGES):
         return None
+    snap = take(submission)  # `make hint`, outside a grade: the folder as it is now
     for s in STAGES:
-        if first_stub(submission, s.name) and statuses.get(s.name) != "passed":
+        if first_stub(snap, s.name) and statuses.get(s.name) != "passed":
             return s.name
     return None
 

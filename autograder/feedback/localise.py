@@ -8,7 +8,6 @@ for a diagnosis, and the pointer is a line inside that function (see `line_in`).
 """
 import ast
 import re
-from pathlib import Path
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from ..declarations import Probe
 from ..evidence.probes import EXTRA
 from ..outcomes import Fail, StudentAborted, StudentError
 from ..results import Located, StageStatus
-from ..sandbox.safe_files import read_text
+from ..sandbox.safe_files import Snapshot
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
 from . import relations, steps
 from .sources import argument_line, deciding_line
@@ -41,8 +40,9 @@ def prime(ref) -> None:
         steps.steps_for(ref, p.name, p.args)  # the intermediates that following values compares with
 
 
-def locate(api, ref, stage: str, submission: Path) -> Located | None:
-    """The first function, over `stage` and the stages it calls, whose own output on a probe is wrong."""
+def locate(api, ref, stage: str, snap: Snapshot) -> Located | None:
+    """The first function, over `stage` and the stages it calls, whose own output on a probe is wrong; its lines
+    are read from `snap`, the grade's snapshot (the bytes the child ran)."""
     right: set[str] = set()  # the probes whose answer was right: evidence a later claim may need
     passed: set[tuple[str, str]] = set()  # (file, function) of those probes: their insides need no following
     for p in (p for s in USES[stage] for p in probes_of(s)):
@@ -53,7 +53,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
             info = e.info
             if info.get("type") == "NotImplementedError":
                 return None
-            where = _error_place(info, p, submission)
+            where = _error_place(info, p, snap)
             if where is None:
                 return None
             file, func, line = where
@@ -70,7 +70,7 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
         if found is not None:
             diagnosis, evidence, *pattern = found
             if p.name == "fused_probe":  # one SDPA call: its arguments against what the reference's call does
-                at = follow_sdpa(api, p)
+                at = follow_sdpa(api, p, snap)
                 if at is not None:
                     return Located(p.stage, at["file"], at["function"], at["line"], diagnosis, evidence, steps=[at])
             followed = follow_values(api, ref, p, passed - {(p.file, _bare(p.function))})
@@ -78,14 +78,14 @@ def locate(api, ref, stage: str, submission: Path) -> Located | None:
                 file, func, line, steps = followed
                 return Located(p.stage, file, func, line, diagnosis, evidence, steps=steps)
             if followed is not None:  # nothing could be traced: the function's first line, and the pointer says so
-                body = _body_lines(submission, p.file, p.function)
+                body = _body_lines(snap, p.file, p.function)
                 return Located(p.stage, p.file, p.function, body[0][0], diagnosis, evidence,
                                how="no values could be traced, so this is the function's first line") \
                     if body else None
-            func = _follow_return(submission, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
+            func = _follow_return(snap, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
                 else p.function
-            line = (pattern and _first_match(submission, p.file, func, pattern[0])) or \
-                line_in(submission, p.file, func, diagnosis)
+            line = (pattern and _first_match(snap, p.file, func, pattern[0])) or \
+                line_in(snap, p.file, func, diagnosis)
             return Located(p.stage, p.file, func, line or 0, diagnosis, evidence) if line else None
         right.add(p.name)
         passed.add((p.file, _bare(p.function)))
@@ -144,7 +144,7 @@ def _mutation(api, p: Probe, passed: set[tuple[str, str]]) -> Located | None:
                    f"the call changed its argument `{r['mutated']}` in place", steps=[step])
 
 
-def follow_sdpa(api, p: Probe) -> dict | None:
+def follow_sdpa(api, p: Probe, snap: Snapshot) -> dict | None:
     """The step (as first_parting's) of the first scaled_dot_product_attention call whose arguments make it
     attend other than the reference's call would: which keys, dropout, scale; None when every call agrees."""
     try:
@@ -160,7 +160,7 @@ def follow_sdpa(api, p: Probe) -> dict | None:
         if found:
             words, argument = found
             call = int(r["line"])
-            made = argument_line(api.worker.submission, r["file"], call, argument)  # `p = ...` above the call
+            made = argument_line(snap, r["file"], call, argument)  # `p = ...` above the call
             said = (f"line {made}: this makes the {argument} of your scaled_dot_product_attention call on line {call}, "
                     f"which {words}") if made else f"line {call}: your scaled_dot_product_attention call {words}"
             return {"label": "the scaled_dot_product_attention call", "line": made or call, "file": r["file"],
@@ -413,15 +413,15 @@ def _small(a) -> list | None:
     return np.round(a, 4).tolist()
 
 
-def _error_place(info: dict, p: Probe, submission: Path) -> tuple[str, str, int] | None:
+def _error_place(info: dict, p: Probe, snap: Snapshot) -> tuple[str, str, int] | None:
     """Where an error in a probe belongs: the probed file's frame, or (an error raised by a function that its
     own probe found right, such as a full cache's append) the call into it from the probed function."""
     entry = info.get("entry") or {}
     if p.name == "module_decode" and info.get("file") == "kv_cache.py" and entry.get("file") == "module.py":
-        line = _last_match(submission, "module.py", "forward", r"\.append\(") or entry.get("line")
+        line = _last_match(snap, "module.py", "forward", r"\.append\(") or entry.get("line")
         return "module.py", "forward", int(line)
     if info.get("file") == p.file and info.get("line"):
-        return p.file, info.get("function") or p.function, int(deciding_line(submission, p.file, int(info["line"])))
+        return p.file, info.get("function") or p.function, int(deciding_line(snap, p.file, int(info["line"])))
     return None
 
 
@@ -457,9 +457,9 @@ def _function_node(tree: ast.AST, name: str) -> ast.FunctionDef | None:
     return None
 
 
-def _body_lines(submission: Path, file: str, func: str) -> list[tuple[int, str]]:
+def _body_lines(snap: Snapshot, file: str, func: str) -> list[tuple[int, str]]:
     """(number, text) of the function's body lines, its docstring left out."""
-    text = read_text(submission / file) or ""
+    text = snap.read_text(file) or ""
     try:
         node = _function_node(ast.parse(text), func)
     except (SyntaxError, ValueError):
@@ -476,20 +476,20 @@ def _body_lines(submission: Path, file: str, func: str) -> list[tuple[int, str]]
             if lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")]
 
 
-def _first_match(submission: Path, file: str, func: str, pattern: str) -> int | None:
-    hits = [i for i, text in _body_lines(submission, file, func) if re.search(pattern, text.split("#")[0])]
+def _first_match(snap: Snapshot, file: str, func: str, pattern: str) -> int | None:
+    hits = [i for i, text in _body_lines(snap, file, func) if re.search(pattern, text.split("#")[0])]
     return hits[0] if hits else None
 
 
-def _last_match(submission: Path, file: str, func: str, pattern: str) -> int | None:
-    hits = [i for i, text in _body_lines(submission, file, func) if re.search(pattern, text.split("#")[0])]
+def _last_match(snap: Snapshot, file: str, func: str, pattern: str) -> int | None:
+    hits = [i for i, text in _body_lines(snap, file, func) if re.search(pattern, text.split("#")[0])]
     return hits[-1] if hits else None
 
 
-def line_in(submission: Path, file: str, func: str, diagnosis: str | None) -> int | None:
+def line_in(snap: Snapshot, file: str, func: str, diagnosis: str | None) -> int | None:
     """A line inside `func`: the first that makes the kind of value the diagnosis is about (its Mistake.line
     pattern), else the function's first body line; None when the function is not found."""
-    body = _body_lines(submission, file, func)
+    body = _body_lines(snap, file, func)
     if not body:
         return None
     pattern = next((m.line for m in mistakes_of(diagnosis) if m.line), None)
@@ -500,11 +500,11 @@ def line_in(submission: Path, file: str, func: str, diagnosis: str | None) -> in
     return body[0][0]
 
 
-def _follow_return(submission: Path, file: str, func: str) -> str:
+def _follow_return(snap: Snapshot, file: str, func: str) -> str:
     """The method that makes `func`'s returned value: `return self.merge(y)` -> merge (once)."""
-    for _, text in reversed(_body_lines(submission, file, func)):
+    for _, text in reversed(_body_lines(snap, file, func)):
         m = re.match(r"\s*return\s+self\.(\w+)\(", text)
-        if m and _body_lines(submission, file, m.group(1)):
+        if m and _body_lines(snap, file, m.group(1)):
             return m.group(1)
         if re.match(r"\s*return\b", text):
             break
@@ -513,10 +513,11 @@ def _follow_return(submission: Path, file: str, func: str) -> str:
 
 # -- hooks (grade/) ----------------------------------------------------------------------------------
 
-def located_for(api, ctx, stage: str, submission: Path) -> dict:
-    """{stage: Located} for a failing stage, or {} (never lets the grader's own trouble through)."""
+def located_for(api, ctx, stage: str) -> dict:
+    """{stage: Located} for a failing stage, or {} (never lets the grader's own trouble through); the source is
+    the grade's snapshot, `ctx.snapshot`."""
     try:
-        found = locate(api, ctx.ref, stage, submission)
+        found = locate(api, ctx.ref, stage, ctx.snapshot)
     except Exception:  # noqa: BLE001 - localisation is advice; grading stands without it
         found = None
     return {stage: found} if found else {}

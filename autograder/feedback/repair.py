@@ -3,23 +3,21 @@
 Where feedback/relations.py named what changed at the parting line, the same change is derived, when it can be, as a
 small textual edit of that line (an axis argument back to -1, a mask's `~` or comparison reversed, tril for triu, the
 operand swapped back, `/ d_k ** 0.5` for `/ d_k`, a copy before an in-place write, is_causal=True added). The edit is
-made on a copy of the submission, and the stage's failing checks are run again on it through the grader's own
-machinery (a fresh Worker, StudentAPI, the checks' own functions, compared in this process). Only when every one of
+made on a copy of the grade's snapshot (Snapshot.with_file: in memory, the folder is not read again), and the
+stage's failing checks are run again on it through the grader's own machinery (a fresh Worker given that copy,
+StudentAPI, the checks' own functions, compared in this process). Only when every one of
 them passes is the edit reported ("with ... on line 14, the 2 failing masking checks pass") and kept for the hint
 ladder's last rung. Feedback only: nothing here touches a check's result or a point. At most MAX_RERUNS reruns, for
 the first failing stage only, within REPAIR_BUDGET_S.
 """
 import ast
 import re
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..sandbox.safe_files import current, release, take
+from ..sandbox.safe_files import Snapshot
 
 MAX_RERUNS = 2  # edits tried per grade
 REPAIR_BUDGET_S = 20.0  # seconds the reruns may take together, child start included
@@ -139,16 +137,15 @@ def _relation_step(loc) -> dict | None:
     return step if isinstance(step, dict) and step.get("relation") else None
 
 
-def edits_for(loc, submission: Path, torch: bool = False) -> list[Edit]:
-    """The edits derived for the located parting line (at most MAX_RERUNS), or []."""
+def edits_for(loc, snap: Snapshot, torch: bool = False) -> list[Edit]:
+    """The edits derived for the located parting line (at most MAX_RERUNS) of the file as `snap` holds it, or []."""
     step = _relation_step(loc)
     if step is None:
         return []
-    snap = current(submission)
-    data = snap.data.get(loc.file) if snap else None
+    data = snap.data.get(loc.file)
     try:
-        text = data.decode() if data is not None else (submission / loc.file).read_text()
-    except (OSError, UnicodeDecodeError):
+        text = data.decode() if data is not None else ""
+    except UnicodeDecodeError:
         return []
     lines = text.splitlines()
     if not 1 <= loc.line <= len(lines):
@@ -156,28 +153,18 @@ def edits_for(loc, submission: Path, torch: bool = False) -> list[Edit]:
     return derive(lines[loc.line - 1], step["relation"], loc.line, torch, _params(text, loc.line))[:MAX_RERUNS]
 
 
-def _copy_with(submission: Path, file: str, edit: Edit, into: Path) -> Path:
-    """A copy of the submission's files (as this grade read them) with `edit` made in `file`."""
-    dest = into
-    snap = current(submission)
-    if snap is not None:
-        dest.mkdir(parents=True)
-        for name, data in snap.data.items():
-            (dest / name).write_bytes(data)
-    else:
-        shutil.copytree(submission, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    lines = (dest / file).read_text().splitlines(keepends=True)
+def _copy_with(snap: Snapshot, file: str, edit: Edit) -> Snapshot:
+    """A copy of the snapshot (the files as this grade read them) with `edit` made in `file`."""
+    lines = snap.data[file].decode().splitlines(keepends=True)
     lines[edit.line - 1] = edit.after + "\n"
-    (dest / file).write_text("".join(lines))
-    return dest
+    return snap.with_file(file, "".join(lines).encode())
 
 
-def passes(copy: Path, checks: list, ctx, worker_kw: dict, deadline: float) -> bool:
+def passes(copy: Snapshot, checks: list, ctx, worker_kw: dict, deadline: float) -> bool:
     """Whether every check passes on the repaired copy, run in a fresh child (the grader's Worker and StudentAPI)."""
     from ..api import Context, StudentAPI
     from ..sandbox.runner import Worker
 
-    snap = take(copy)
     worker = Worker(copy, **worker_kw)
     worker.deadline, worker.budget_s = deadline, REPAIR_BUDGET_S
     try:
@@ -194,30 +181,29 @@ def passes(copy: Path, checks: list, ctx, worker_kw: dict, deadline: float) -> b
         return False
     finally:
         worker.close()
-        release(snap)
 
 
-def confirm(loc, stage, failing: list, ctx, submission: Path, worker_kw: dict, torch: bool = False,
+def confirm(loc, stage, failing: list, ctx, worker_kw: dict, torch: bool = False,
             budget_s: float = REPAIR_BUDGET_S) -> dict | None:
-    """Try the derived edits of the parting line; the first that makes every failing check pass is written on the
-    located step as `repair` and returned; None (and nothing written) otherwise."""
-    edits = edits_for(loc, submission, torch)
+    """Try the derived edits of the parting line on copies of the grade's snapshot (`ctx.snapshot`); the first that
+    makes every failing check pass is written on the located step as `repair` and returned; None (and nothing
+    written) otherwise."""
+    edits = edits_for(loc, ctx.snapshot, torch)
     if not edits or not failing:
         return None
     deadline = time.monotonic() + budget_s
-    with tempfile.TemporaryDirectory(prefix="attn-repair-") as tmp:
-        for i, edit in enumerate(edits):
-            if time.monotonic() >= deadline:
-                return None
-            copy = _copy_with(submission, loc.file, edit, Path(tmp) / f"repaired{i}")
-            if passes(copy, failing, ctx, worker_kw, deadline):
-                n = len(failing)
-                said = (f"confirmed: with {edit.words} on line {edit.line}, "
-                        + (f"the failing {stage} check passes" if n == 1 else f"all {n} failing {stage} checks pass"))
-                found = {"file": loc.file, "line": edit.line, "before": edit.before.strip(),
-                         "after": edit.after.strip(), "words": edit.words, "said": said}
-                _relation_step(loc)["repair"] = found
-                return found
+    for edit in edits:
+        if time.monotonic() >= deadline:
+            return None
+        copy = _copy_with(ctx.snapshot, loc.file, edit)
+        if passes(copy, failing, ctx, worker_kw, deadline):
+            n = len(failing)
+            said = (f"confirmed: with {edit.words} on line {edit.line}, "
+                    + (f"the failing {stage} check passes" if n == 1 else f"all {n} failing {stage} checks pass"))
+            found = {"file": loc.file, "line": edit.line, "before": edit.before.strip(),
+                     "after": edit.after.strip(), "words": edit.words, "said": said}
+            _relation_step(loc)["repair"] = found
+            return found
     return None
 
 
@@ -227,7 +213,7 @@ def repair_of(loc) -> dict | None:
     return step.get("repair") if step else None
 
 
-def confirm_first(done: dict, located: dict, ctx, submission: Path, public_only: bool, timeout: float,
+def confirm_first(done: dict, located: dict, ctx, public_only: bool, timeout: float,
                   zygote=None, left_s: float = REPAIR_BUDGET_S) -> None:
     """The hook (the grade loop, grade/__init__.py): for the first stage that failed on its own, when its parting
     line was named, try the derived edits within `left_s`, the grade's time left. Never raises; never changes a
@@ -249,6 +235,6 @@ def confirm_first(done: dict, located: dict, ctx, submission: Path, public_only:
               "zygote": zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote}
         budget = min(REPAIR_BUDGET_S, left_s - 5.0)  # never into the grade's own last seconds
         if budget > 1.0:
-            confirm(loc, sr.stage, failing, ctx, submission, kw, torch, budget)
+            confirm(loc, sr.stage, failing, ctx, kw, torch, budget)
     except Exception:  # noqa: BLE001 - feedback only: the grade stands without it
         return

@@ -1,11 +1,12 @@
 """Places in the student's files: the stub a stage still holds, the line of a function's def,
-and paths shown relative to where the student runs the grader."""
+and paths shown relative to where the student runs the grader. Every function here reads the files from the
+snapshot it is handed (sandbox.safe_files.Snapshot: the grade's), never from a path."""
 import ast
 import os
 import re
 from pathlib import Path
 
-from ..sandbox.safe_files import read_text
+from ..sandbox.safe_files import Snapshot
 from ..stages import BY_NAME, SUBMISSION_FILES
 from ..stages.validate import defined_at
 from ..submission import SHOWN
@@ -13,20 +14,18 @@ from ..submission import SHOWN
 _STUB = re.compile(r"raise NotImplementedError\(\s*[\"'](\w+):")
 
 
-def first_stub(submission: Path, stage: str) -> tuple[Path, int] | None:
-    """file:line of the first stub that belongs to `stage` (a `raise NotImplementedError("stage: ...")`)."""
+def first_stub(snap: Snapshot, stage: str) -> tuple[Path, int] | None:
+    """file:line of the first stub that belongs to `stage` (a `raise NotImplementedError("stage: ...")`); the path
+    is where the snapshot read the file."""
     for name in BY_NAME[stage].files:
-        path = submission / name
-        text = read_text(path)
+        text = snap.read_text(name)
         if text is None:
             continue
         for i, line in enumerate(text.splitlines(), 1):
             m = _STUB.search(line)
             if m and m.group(1) == stage:
-                return path, i
+                return snap.path(name), i
     return None
-
-
 
 
 def rel(path: Path) -> str:
@@ -40,10 +39,10 @@ def rel(path: Path) -> str:
     return str(path) if r.startswith("..") else r
 
 
-def def_line_number(submission: Path, name: str, func: str | None) -> int | None:
+def def_line_number(snap: Snapshot, name: str, func: str | None) -> int | None:
     """The line of `def func` or `class func` in the file (`Class.method` too, or a bare method name); with no
     func, its first class (else its first def)."""
-    text = read_text(submission / name) or ""
+    text = snap.read_text(name) or ""
     if func:
         return defined_at(text, func) or next((i for i, line in enumerate(text.splitlines(), 1)
                                                 if re.match(rf"\s*(def|class) {func}\b", line)), None)
@@ -57,17 +56,17 @@ def def_line_number(submission: Path, name: str, func: str | None) -> int | None
     return None
 
 
-def def_line(submission: Path, where: str) -> str:
+def def_line(snap: Snapshot, where: str) -> str:
     """'softmax.py:softmax' -> 'exercises/softmax.py:9' (the line of that def or class), or the file alone.
     With no name ('module.py:'), the file's first class (else its first def)."""
     name, func = where.split(":")
-    line = def_line_number(submission, name, func)
-    return f"{rel(submission / name)}:{line}" if line else rel(submission / name)
+    line = def_line_number(snap, name, func)
+    return f"{rel(snap.path(name))}:{line}" if line else rel(snap.path(name))
 
 
-def enclosing_function(submission: Path, name: str, line: int | None) -> str | None:
+def enclosing_function(snap: Snapshot, name: str, line: int | None) -> str | None:
     """The innermost function (or class) of the file whose body holds `line`."""
-    tree = _parse(submission / name) if line else None
+    tree = _parse(snap, name) if line else None
     found = None
     for node in ast.walk(tree) if tree else []:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
@@ -77,11 +76,11 @@ def enclosing_function(submission: Path, name: str, line: int | None) -> str | N
     return found.name if found else None
 
 
-def loop_line(submission: Path, name: str, line: int | None) -> int | None:
+def loop_line(snap: Snapshot, name: str, line: int | None) -> int | None:
     """The header line of the innermost loop whose body holds `line` in the file (else `line`): where a call that
     ran out of time was caught is wherever its loop happened to be (`while True:` or its body, from run to run);
     the loop is the same every time."""
-    tree = _parse(submission / name) if line else None
+    tree = _parse(snap, name) if line else None
     found = None
     for node in ast.walk(tree) if tree else []:
         if isinstance(node, (ast.While, ast.For, ast.AsyncFor)) and node.lineno <= line <= (node.end_lineno or node.lineno):
@@ -90,10 +89,10 @@ def loop_line(submission: Path, name: str, line: int | None) -> int | None:
     return found.lineno if found else line
 
 
-def deciding_line(submission: Path, name: str, line: int | None) -> int | None:
+def deciding_line(snap: Snapshot, name: str, line: int | None) -> int | None:
     """For a `raise` the student wrote inside an `if` (or `elif`) body, the line of that test: what decided to raise
     is the condition, not the raise (else `line`)."""
-    tree = _parse(submission / name) if line else None
+    tree = _parse(snap, name) if line else None
     for node in ast.walk(tree) if tree else []:
         if isinstance(node, ast.If) and any(isinstance(b, ast.Raise) and b.lineno == line for b in node.body):
             return node.lineno
@@ -103,12 +102,12 @@ def deciding_line(submission: Path, name: str, line: int | None) -> int | None:
 SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")  # its positional order
 
 
-def argument_line(submission: Path, name: str, line: int, argument: str) -> int | None:
+def argument_line(snap: Snapshot, name: str, line: int, argument: str) -> int | None:
     """For the scaled_dot_product_attention call on `line`, the line that made the value passed as `argument`: the
     last assignment before the call, in the same function, to the name passed (`p = dropout_p` two lines up, then
     `dropout_p=p`). None where the call writes the value itself (`~mask`, `p if training else 0.0`), passes a
     parameter as it came, or leaves the argument out: the call's own line is then the one to change."""
-    tree = _parse(submission / name)
+    tree = _parse(snap, name)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
              and (getattr(n.func, "attr", None) or getattr(n.func, "id", None)) == "scaled_dot_product_attention"] \
         if tree else []
@@ -129,9 +128,9 @@ def argument_line(submission: Path, name: str, line: int, argument: str) -> int 
     return max(made) if made else None
 
 
-def _parse(path: Path) -> ast.Module | None:
+def _parse(snap: Snapshot, name: str) -> ast.Module | None:
     try:
-        return ast.parse(read_text(path) or "")
+        return ast.parse(snap.read_text(name) or "")
     except (SyntaxError, ValueError):
         return None
 
@@ -150,7 +149,7 @@ def _imported_names(tree: ast.Module, files: set[str]) -> dict[str, tuple[str, s
     return out
 
 
-def reached_files(submission: Path, file: str, function: str | None) -> set[str]:
+def reached_files(snap: Snapshot, file: str, function: str | None) -> set[str]:
     """The submission files whose code `file:function` can run (function None: the whole file), following
     the names it uses into the same file's functions and the other stage modules it imports."""
     files, seen, todo = set(SUBMISSION_FILES), set(), [(file, function)]
@@ -162,7 +161,7 @@ def reached_files(submission: Path, file: str, function: str | None) -> set[str]
         seen.add(item)
         name, func = item
         if name not in trees:
-            trees[name] = _parse(submission / name)
+            trees[name] = _parse(snap, name)
         tree = trees[name]
         if tree is None:
             continue

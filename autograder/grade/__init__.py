@@ -32,7 +32,7 @@ from ..outcomes import (
 )
 from ..results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, Where
 from ..sandbox.runner import BUDGET_MESSAGE, Worker, capped, close_launchers, prestart, protections
-from ..sandbox.safe_files import UnusableFile, current, problem, read_bytes, release, take
+from ..sandbox.safe_files import Snapshot, UnusableFile, take
 from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, child_kinds, mistakes_of, stage_of_file
 from ..stages.common import imported_libraries, start_measurements
 from ..stages.fixtures import Replayer, load
@@ -55,29 +55,29 @@ def grade_budget(budget: float | None = None) -> float:
         return DEFAULT_BUDGET_S
 
 
-def where_of(error: dict, submission: Path) -> Where | None:
-    """The line that raised, with the function around it (read from the student's source)."""
+def where_of(error: dict, snap: Snapshot) -> Where | None:
+    """The line that raised, with the function around it (read from the student's source, as the grade took it)."""
     if not error.get("file"):
         return None
-    return Where(error["file"], enclosing_function(submission, error["file"], error.get("line")), error.get("line"))
+    return Where(error["file"], enclosing_function(snap, error["file"], error.get("line")), error.get("line"))
 
 
-def mistake_where(diagnosis: str, submission: Path) -> Where | None:
+def mistake_where(diagnosis: str, snap: Snapshot) -> Where | None:
     """The function the (first) diagnosed mistake is made in, with the line of its def."""
     found = [m for m in mistakes_of(diagnosis) if m.where]
     if not found:
         return None
     file, func = found[0].where.split(":")
-    return Where(file, func or None, def_line_number(submission, file, func))
+    return Where(file, func or None, def_line_number(snap, file, func))
 
 
-def describe_error(error: dict, submission: Path, stage: str | None = None) -> str:
-    where = f" at {rel(submission / error['file'])}:{error['line']}" if error.get("file") else ""
+def describe_error(error: dict, snap: Snapshot, stage: str | None = None) -> str:
+    where = f" at {rel(snap.path(error['file']))}:{error['line']}" if error.get("file") else ""
     origin, first = stage_of_file(error.get("file")), error.get("entry")
     if stage and origin and error.get("file") not in BY_NAME[stage].files and first and first["file"] != error["file"]:
         # raised in an earlier stage's code that this stage's function called: say both
         where += (f", in stage {BY_NAME[origin].number} ({origin})'s code, called from your {first['function']} "
-                  f"at {rel(submission / first['file'])}:{first['line']}")
+                  f"at {rel(snap.path(first['file']))}:{first['line']}")
     if error["type"] == NIE:
         return f"not implemented yet{where} ({error['message']})"
     if error["type"] == "ContractError":
@@ -89,7 +89,7 @@ def describe_error(error: dict, submission: Path, stage: str | None = None) -> s
     return f"raised {error['type']}: {error['message']}{where}"
 
 
-def syntax_error_of(submission: Path, file: str) -> dict | None:
+def syntax_error_of(snap: Snapshot, file: str) -> dict | None:
     """The error a stage file's import raises when its source does not parse (as the child would report it), read
     here from the grader's snapshot (static_check.syntax_error, once per file): a stage whose own file does not
     parse keeps none of its points, even where its module was already loaded in the child from somewhere else
@@ -97,7 +97,7 @@ def syntax_error_of(submission: Path, file: str) -> dict | None:
     from ..sandbox.static_check import syntax_error
 
     try:
-        found = syntax_error(read_bytes(submission / file), frozenset())
+        found = syntax_error(snap.read_bytes(file), frozenset())
     except UnusableFile:
         return None
     if found is None:
@@ -106,26 +106,27 @@ def syntax_error_of(submission: Path, file: str) -> dict | None:
     return {"type": kind, "message": f"{msg} ({file}, line {line})", "file": file, "line": line}
 
 
-def refused_why(submission: Path, file: str) -> str | None:
+def refused_why(snap: Snapshot, file: str) -> str | None:
     """Why the import and introspection rule refuses this stage file (static_check), or None."""
     from ..sandbox.static_check import describe, refusals
 
     try:
-        found = refusals(read_bytes(submission / file), {f.removesuffix(".py") for f in SUBMISSION_FILES})
+        found = refusals(snap.read_bytes(file), {f.removesuffix(".py") for f in SUBMISSION_FILES})
     except UnusableFile:
         return None
     return describe(file, found) if found else None
 
 
-def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
-              public_only: bool = False) -> list[CheckResult]:
+def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = False) -> list[CheckResult]:
+    """The stage's checks, run on the grade's snapshot (`ctx.snapshot`): its files as the grade took them."""
     results: list[CheckResult] = []
-    problems = {f: problem(submission / f) for f in BY_NAME[stage].files}
+    snap = ctx.snapshot
+    problems = {f: snap.problem(f) for f in BY_NAME[stage].files}
     missing = [f for f, p in problems.items() if p == "missing"]
     unusable = [f"{f} {p}" for f, p in problems.items() if p and p != "missing"]
-    unusable += [refused_why(submission, f) for f, p in problems.items() if not p and refused_why(submission, f)]
+    unusable += [refused_why(snap, f) for f, p in problems.items() if not p and refused_why(snap, f)]
     aborted, stopped, budget_out, environment = None, 0, False, None
-    unparsed = next((e for f, p in problems.items() if not p and (e := syntax_error_of(submission, f))), None)
+    unparsed = next((e for f, p in problems.items() if not p and (e := syntax_error_of(snap, f))), None)
     worker = getattr(api, "worker", None)
     for c in checks_to_run(stage, public_only):
         api.called, api.printed = [], ""
@@ -143,8 +144,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             results.append(not_run(c, "; ".join(unusable), Failure.REFUSED))
             continue
         if unparsed:
-            results.append(failed(c, describe_error(unparsed, submission, stage), Failure.RAISED, error=unparsed,
-                                  where=where_of(unparsed, submission), origin=origin_of(unparsed, stage)))
+            results.append(failed(c, describe_error(unparsed, snap, stage), Failure.RAISED, error=unparsed,
+                                  where=where_of(unparsed, snap), origin=origin_of(unparsed, stage)))
             continue
         if aborted:
             if budget_out:
@@ -162,11 +163,11 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
                                        called=tuple(api.called)))
         except Fail as f:
             results.append(failed(c, str(f), Failure.WRONG, diagnosis=f.diagnosis, arrays=f.arrays,
-                                  where=Where(*f.place) if f.place else mistake_where(f.diagnosis, submission),
+                                  where=Where(*f.place) if f.place else mistake_where(f.diagnosis, snap),
                                   called=tuple(api.called)))
         except StudentError as e:
-            results.append(failed(c, describe_error(e.info, submission, stage), Failure.RAISED, error=e.info,
-                                  where=where_of(e.info, submission), origin=origin_of(e.info, stage),
+            results.append(failed(c, describe_error(e.info, snap, stage), Failure.RAISED, error=e.info,
+                                  where=where_of(e.info, snap), origin=origin_of(e.info, stage),
                                   called=tuple(api.called)))
         except NeverLoaded as e:  # a file it needs hung in its body before: not loaded again, not waited for
             results.append(CheckResult(c, CheckStatus.NOT_RUN, f"not run: {e}", Failure.AFTER_ABORT,
@@ -176,7 +177,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, submission: Path,
             stopped += 0 if loading else 1
             site, said = getattr(e, "where", None), str(e)
             if site and isinstance(e, StudentTimeout):  # the loop it was in, the same line every run
-                line = loop_line(submission, site[0], site[1])
+                line = loop_line(snap, site[0], site[1])
                 said = said.replace(f"running {site[0]}:{site[1]},", f"running {site[0]}:{line},")
                 site = (site[0], line, site[2])
             origin = origin_of({"file": site[0]}, stage) if site else None
@@ -250,7 +251,11 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     numpy child inherits the server's imported torch, unused), or one zygote per kind of child
     ({"numpy": ..., "torch": ...}: a regrade's numpy children fork from a server without torch);
     `workers` may hold already started {"numpy": Worker, "torch": Worker} (see prestart); with neither, the grade
-    starts its own as `make grade` does (prestart: a fork server per side where forking is safe) and ends them;
+    starts its own as `make grade` does (prestart: a fork server per side where forking is safe) and ends them.
+    The submission's files are read once, into one safe_files.Snapshot (prestart's, where the workers hold one of
+    this folder; else taken here), and that Snapshot is handed down to every reader: the workers' children, the
+    static check, the checks (`ctx.snapshot`), localisation, the pointers, repair, the next step
+    (`Results.snapshot`). Nothing reads the folder again during the grade;
     `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run;
     `confirm`: try the named change at the first failing stage's parting line as an edit (feedback/repair.py);
     `make watch` turns it off, its answer to a save must stay fast."""
@@ -261,22 +266,23 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     if not workers and zygote is None:  # every child a fork of a server that loaded numpy (torch) once
         own = workers = prestart(submission, child_kinds(stages), timeout)
     # what every part of this grade reads: with workers started ahead (prestart), the snapshot taken then
-    snap = (current(submission) if workers else None) or take(submission)
+    snap = next((w.snapshot for w in (workers or {}).values()
+                 if getattr(w, "snapshot", None) is not None and w.snapshot.folder == submission), None) \
+        or take(submission)
     try:
-        return _grade(submission, snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
+        return _grade(snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
                       workers, pictures, confirm)
     finally:
-        release(snap)
         if own:
             close_launchers(own)
 
 
-def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
+def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
            zygote, workers, pictures, confirm) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
-    ctx = Context(seed, ref, mistakes, submission, fixed_public=isinstance(ref, Replayer))
+    ctx = Context(seed, ref, mistakes, snap, fixed_public=isinstance(ref, Replayer))
     wanted = [s for s in STAGES if stages is None or s.name in stages]
     groups = [[s.name for s in wanted if not s.torch], [s.name for s in wanted if s.torch]]
     found: dict[str, list[CheckResult]] = {}
@@ -290,20 +296,21 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
 
     def run_group(names: list[str], torch: bool) -> None:
         worker = (workers or {}).get("torch" if torch else "numpy") or \
-            Worker(submission, timeout=timeout, reuse_memory=not torch,
+            Worker(snap, timeout=timeout, reuse_memory=not torch,
                    zygote=zygote.get("torch" if torch else "numpy") if isinstance(zygote, dict) else zygote)
         worker.deadline, worker.budget_s = t0 + budget_s, budget_s
         worker.files = frozenset(SUBMISSION_FILES)  # what a child may load: the stages' files (prestart's workers too)
+        worker.snapshot = snap  # the bytes its children are given: this grade's (prestart's workers hold it already)
         worker.hung = hung  # a file whose body hung in one child is not loaded again in the other either
         api = StudentAPI(worker)
         try:
             if worker.child is None:  # what the stages' files import of numpy and torch loads in the child's start
-                worker.preload_libraries = imported_libraries(submission, [f.removesuffix(".py") for n in names
+                worker.preload_libraries = imported_libraries(snap, [f.removesuffix(".py") for n in names
                                                                            for f in BY_NAME[n].files])
             # measurements in fresh children start now, beside the checks that follow (forked from the torch server
             # the moment it is ready, as the grading child is)
             for name in names:
-                if not any(problem(submission / f) for f in BY_NAME[name].files):
+                if not any(snap.problem(f) for f in BY_NAME[name].files):
                     start_measurements(api, BY_NAME[name], ctx.seed)
             if torch:
                 try:
@@ -323,12 +330,12 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
                 if environment:  # the child cannot start: the stages after it are not run either
                     found[name] = none_run(name, environment, Failure.ENVIRONMENT)
                     continue
-                found[name] = run_stage(api, ctx, name, submission, public_only)
+                found[name] = run_stage(api, ctx, name, public_only)
                 environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
                 if not environment and any(not r.passed for r in found[name]) and not loading_hung(found[name]):
                     # which function is wrong on its own (not asked where a module's body never finished loading)
                     try:
-                        located.update(localise.located_for(api, ctx, name, submission))
+                        located.update(localise.located_for(api, ctx, name))
                     except BudgetSpent:
                         pass  # the grade's time is out: the stage's results stand without localisation
             if pictures and not torch and not environment:
@@ -359,18 +366,19 @@ def _grade(submission: Path, snap, t0: float, budget_s: float, stages, seed, tim
     for s in wanted:
         sr = StageResult(s.name, found[s.name])
         localise.attach(sr, located.get(s.name), done)  # an inferred diagnosis on the first failure
-        decide_status(sr, done, submission)
+        decide_status(sr, done, snap)
         done[s.name] = sr
     # the named change at the first failing stage's parting line, tried as an edit of a copy (feedback only), its
     # children forked from the grade's own servers where it has them
     if confirm:
         servers = zygote if zygote is not None else {k: w.launcher for k, w in (workers or {}).items()} or None
-        repair.confirm_first(done, located, ctx, submission, public_only, timeout, servers,
+        repair.confirm_first(done, located, ctx, public_only, timeout, servers,
                              left_s=t0 + budget_s - time.monotonic())
     # files that are not stage modules (exercises/__init__.py is the kit's own package marker: not worth a line)
     ignored = sorted(plain(n) for n in [*snap.data, *snap.problems] if n not in (*SUBMISSION_FILES, "__init__.py"))
-    res = Results(submission, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
-                  located=located, files={n: h for n, h in snap.sha256.items() if n in SUBMISSION_FILES})
+    res = Results(snap.folder, done, seed, pictures=drawn, protections_off=protections(), ignored_files=ignored,
+                  located=located, files={n: h for n, h in snap.sha256.items() if n in SUBMISSION_FILES},
+                  snapshot=snap)
     res.next_step = next_step(res)  # after localisation: the pointer is part of the step
     res.seconds = time.monotonic() - t0
     return res

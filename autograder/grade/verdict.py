@@ -13,6 +13,7 @@ from ..declarations import Check
 from ..feedback.sources import reached_files
 from ..outcomes import CannotReplay, Fail
 from ..results import NIE, CheckResult, Failure, StageResult, StageStatus
+from ..sandbox.safe_files import Snapshot
 from ..stages import BY_NAME, FUNCTIONS, STAGES, mistakes_of, stage_of_file
 
 _STAGE_PREFIX = re.compile(r"^\s*(\w+):")
@@ -30,13 +31,14 @@ def origin_of(error: dict, stage: str) -> str | None:
     return stage_of_file(error.get("file"))
 
 
-def reached_stages(submission: Path, called: tuple[str, ...]) -> set[str]:
-    """The stages whose code the called functions can run: followed through the student's own source
-    (which functions each one uses, and what it imports), so a stage is blamed only if it was reached."""
+def reached_stages(snap: Snapshot, called: tuple[str, ...]) -> set[str]:
+    """The stages whose code the called functions can run: followed through the student's own source as the
+    grade took it (which functions each one uses, and what it imports), so a stage is blamed only if it was
+    reached."""
     files: set[str] = set()
     for name in called:
         for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
-            files |= reached_files(submission, file, func)
+            files |= reached_files(snap, file, func)
     return {s.name for s in STAGES if files & set(s.files)}
 
 
@@ -93,7 +95,7 @@ def root_of(stage: str, stages: dict[str, StageResult], reached: set[str] | None
     return stage
 
 
-def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Path) -> None:
+def decide_status(sr: StageResult, done: dict[str, StageResult], snap: Snapshot) -> None:
     fails = [r for r in sr.checks if not r.passed and not r.forgiven]
     if not fails:
         sr.status = StageStatus.PASSED
@@ -117,7 +119,7 @@ def decide_status(sr: StageResult, done: dict[str, StageResult], submission: Pat
 
     if not others and not named and all((r.error is None or passed_on_inputs(r)) and not r.not_run for r in fails):
         # wrong numbers, and a stage it uses is wrong: blocked by it only if every failing check ran its code
-        reached = set.intersection(*(reached_stages(submission, r.called) for r in fails))
+        reached = set.intersection(*(reached_stages(snap, r.called) for r in fails))
         # the stages it declares it calls first, then any other its failing code reached (a bonus stage that
         # reaches a core stage through one that passes: gqa through heads to masking's offset mask)
         others = [d for d in (*BY_NAME[sr.stage].calls, *(s.name for s in STAGES))

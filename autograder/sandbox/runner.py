@@ -47,7 +47,7 @@ from .launchers import (
     separate_user_possible,
     sweep_notes,
 )
-from .safe_files import current, take
+from .safe_files import Snapshot, take
 
 PACKAGE = "submission"
 OUTPUT_LIMIT = 64 * 1024  # bytes of student output kept for messages
@@ -148,9 +148,12 @@ class Worker:
 
     Started by a new interpreter, or forked by a ForkServer (batches: torch is already imported there)."""
 
-    def __init__(self, submission: Path, timeout: float = 10.0, limits: Limits | None = None,
+    def __init__(self, submission: "Path | Snapshot", timeout: float = 10.0, limits: Limits | None = None,
                  zygote: ForkServer | None = None, reuse_memory: bool = False, files=None) -> None:
-        self.submission = Path(submission)
+        # the bytes every child of this worker is given: a grade hands its Snapshot in (here, or as `snapshot`
+        # before the first call); a folder alone is read (safe_files.take) when the first child starts, once
+        self.snapshot: Snapshot | None = submission if isinstance(submission, Snapshot) else None
+        self.submission = submission.folder if isinstance(submission, Snapshot) else Path(submission)
         # the file names a child may load, the stages' (the grade sets them: the sandbox knows no stage); None
         # is every top-level .py file of the submission. Any other file is removed from its package unread.
         self.files: frozenset[str] | None = None if files is None else frozenset(files)
@@ -188,8 +191,7 @@ class Worker:
             _STARTED.add(self)
         pkg_dir = self.scratch / PACKAGE
         pkg_dir.mkdir()
-        snap = current(self.submission) or take(self.submission)  # the bytes the whole grade sees
-        for name, data in snap.data.items():  # regular files only: never a link to the grader's own files
+        for name, data in self.taken().data.items():  # regular files only: never a link to the grader's own files
             place(pkg_dir / name, data, self.package_from)  # an unusable one is left out: the stage that needs it says why
         self._log = open(self.scratch / "output.txt", "wb")
         # read back through a descriptor of its own, opened before the child runs: whatever the child later puts
@@ -243,6 +245,12 @@ class Worker:
         if self.retired:  # retired while it was starting (watch stopping): end what just started
             self.close()
             raise BudgetSpent(RETIRED_MESSAGE)
+
+    def taken(self) -> Snapshot:
+        """The snapshot this worker's children are given: the one handed in, else the folder read now, once."""
+        if self.snapshot is None:
+            self.snapshot = take(self.submission)
+        return self.snapshot
 
     def retire(self) -> None:
         """End the child now and refuse to start another: a cancelled grade's remaining calls fail at once
@@ -412,7 +420,7 @@ class Worker:
         returned, the child's whole-life peak bytes, its CPU seconds less its start), as in _measure_now."""
         if self.retired:
             raise BudgetSpent("not run: the grade was cancelled")
-        fresh = Worker(self.submission, limits=self.limits, zygote=self.launcher, files=self.files)
+        fresh = Worker(self.taken(), limits=self.limits, zygote=self.launcher, files=self.files)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
         fresh.preload_libraries = tuple(loads)
@@ -451,8 +459,7 @@ class Worker:
             return
         from .static_check import loaded_files
 
-        snap = current(self.submission) or take(self.submission)
-        for file in sorted(loaded_files(snap.data, target.split(":")[0]) & set(self.hung)):
+        for file in sorted(loaded_files(self.taken().data, target.split(":")[0]) & set(self.hung)):
             line = self.hung[file]
             raise NeverLoaded(f"{file} never finished loading in an earlier check (its body was still running "
                               f"line {line} at the time limit), so it is not loaded again", file)
@@ -760,8 +767,9 @@ def prestart(submission: Path, kinds: list[str], timeout: float) -> dict:
     server (inside namespaces where they exist) that imports torch once (numpy alone, for the numpy side): the
     grading child and every fresh child that measures are forks of it, not new interpreters importing again.
     `kinds`: "torch" and/or "numpy", the sides the grade's stages need (stages.child_kinds), the torch side
-    first: its import is the longest start of a grade. Close the workers' launchers when the grade is done
-    (close_launchers)."""
+    first: its import is the longest start of a grade. The folder is read now (safe_files.take) and every worker
+    holds that Snapshot (`snapshot`): the grade that is handed these workers grades those bytes. Close the workers'
+    launchers when the grade is done (close_launchers)."""
     from ..child.policy import container_memory
 
     # inside a memory-limited container (Gradescope's 768 MiB) the numpy side keeps a new interpreter per child: a
@@ -775,17 +783,15 @@ def prestart(submission: Path, kinds: list[str], timeout: float) -> dict:
             except OSError:  # the interpreter cannot be started: a plain worker reports it when the grade calls
                 server = None
             if server is not None:
-                return Worker(Path(submission).resolve(), timeout=timeout, zygote=server,
-                              reuse_memory=kind == "numpy")  # forked on first use
-        w = Worker(Path(submission).resolve(), timeout=timeout, reuse_memory=kind == "numpy")
+                return Worker(snap, timeout=timeout, zygote=server, reuse_memory=kind == "numpy")  # forked on first use
+        w = Worker(snap, timeout=timeout, reuse_memory=kind == "numpy")
         try:
             w.start()
         except GraderEnvironment:  # the grade meets it again when it calls, and reports it there
             pass
         return w
 
-    if current(submission) is None:  # the bytes the whole grade sees, from now on (a forked child starts later)
-        take(submission)
+    snap = take(submission)  # the bytes the whole grade sees, from now on (a forked child starts later)
     return {kind: start(kind) for kind in kinds}
 
 

@@ -1,17 +1,19 @@
 """Reading what a submission hands in: regular files only, never through a symbolic link, never a
-device or a FIFO, each size-capped. Every place that reads a submission's file uses this (the sandbox
-copy, the zip reader, `make submit`, regrade, the checks that parse a student's source).
+device or a FIFO, each size-capped.
 
-A grade reads its folder once: `take(folder)` reads every top-level .py file into a Snapshot (bytes and
-SHA-256, or why the file cannot be used), and while it is the folder's current snapshot, `read_bytes`,
-`read_text` and `problem` answer from it for those files. So the static check, the child's copy,
-localisation, the pointers and the reach analysis all see the same bytes, whatever happens to the
-folder during the grade. Standard library only: the grader reads files before numpy loads."""
+A grade reads its folder once: `take(folder)` reads its top-level .py files into a Snapshot (bytes and
+SHA-256, or why the file cannot be used), and the grade hands that Snapshot down as a value to whatever reads
+the student's files while it runs: the static check, the child's copy (sandbox.runner.Worker.snapshot), the
+checks that parse source (`ctx.snapshot`, stages.common.worker_snapshot), localisation, the pointers, the reach
+analysis and repair ask it (`snap.read_bytes(name)`, `snap.read_text(name)`, `snap.problem(name)`), never a
+path. So they all see the same bytes, whatever happens to the folder during the grade. There is no registry of
+snapshots: a path given to `read_bytes`, `read_text` or `problem` is always read from disk, for code outside a
+grade (the zip reader, `make submit`, regrade, the instructor tools). Standard library only: the grader reads
+files before numpy loads."""
 import errno
 import hashlib
 import os
 import stat
-import threading
 from pathlib import Path
 
 MAX_FILE_BYTES = 2 * 2**20  # one stage module; far above any real one
@@ -24,9 +26,6 @@ class UnusableFile(Exception):
 
 def problem(path: Path) -> str | None:
     """Why `path` cannot be used as a submission file (None: it can), without opening it."""
-    snap = _held(path)
-    if snap is not None:
-        return snap.why(Path(path).name)
     return _problem(path)
 
 
@@ -47,15 +46,9 @@ def _problem(path: Path) -> str | None:
 
 
 def read_bytes(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The contents of a regular file, refusing links, devices, pipes and files over `limit`."""
-    path = Path(path)
-    snap = _held(path)
-    if snap is not None:
-        why = snap.why(path.name)
-        if why:
-            raise UnusableFile(f"{path.name} {why}")
-        return snap.data[path.name]
-    return _read(path, limit)
+    """The contents of a regular file read from disk now, refusing links, devices, pipes and files over `limit`
+    (outside a grade: a grade reads its Snapshot)."""
+    return _read(Path(path), limit)
 
 
 def _read(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -83,7 +76,7 @@ def _read(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
 
 
 def read_text(path: Path) -> str | None:
-    """The text of a regular submission file, or None when it cannot be used."""
+    """The text of a regular submission file read from disk now, or None when it cannot be used."""
     try:
         return read_bytes(path).decode("utf-8", "replace")
     except UnusableFile:
@@ -95,66 +88,65 @@ MAX_FILES = 64  # top-level .py files read into a snapshot; a folder with more i
 
 
 class Snapshot:
-    """The top-level .py files of one submission folder, each read once: `data` (bytes), `sha256` (hex),
-    or `problems` (why it cannot be used, as `problem` words it)."""
+    """The top-level .py files of one submission folder, each read once (`take`): `data` (bytes), `sha256`
+    (hex), or `problems` (why it cannot be used, as `problem` words it). A value: nothing reads the folder
+    again through it; `folder` is where the files were read, for the paths shown to the student; `complete` is
+    False where the folder held more than MAX_FILES .py files (those past the cap were not read)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, data: dict[str, bytes], problems: dict[str, str], complete: bool = True) -> None:
         self.folder = Path(folder)
-        self.data: dict[str, bytes] = {}
-        self.problems: dict[str, str] = {}
-        names = sorted(p.name for p in self.folder.glob("*.py"))[:MAX_FILES]
-        for name in names:
-            why = _problem(self.folder / name)
-            if why:
-                self.problems[name] = why
-                continue
-            try:
-                self.data[name] = _read(self.folder / name)
-            except UnusableFile as e:
-                self.problems[name] = str(e).removeprefix(f"{name} ")
+        self.data = dict(data)
+        self.problems = {n: why for n, why in problems.items() if n not in self.data}
+        self.complete = complete
         self.sha256 = {n: hashlib.sha256(b).hexdigest() for n, b in self.data.items()}
 
-    def why(self, name: str) -> str | None:
+    def problem(self, name: str) -> str | None:
         """Why `name` cannot be used (a file absent when the snapshot was taken is 'missing'), or None."""
-        return None if name in self.data else self.problems.get(name, "missing")
+        if name in self.data:
+            return None
+        if name in self.problems:
+            return self.problems[name]
+        return "missing" if self.complete else f"was not read: the folder holds more than {MAX_FILES} .py files"
+
+    def read_bytes(self, name: str) -> bytes:
+        """The bytes of `name` as taken; UnusableFile (saying why) for a file that could not be used or was absent."""
+        why = self.problem(name)
+        if why:
+            raise UnusableFile(f"{name} {why}")
+        return self.data[name]
+
+    def read_text(self, name: str) -> str | None:
+        """The text of `name` as taken, or None when it cannot be used."""
+        data = self.data.get(name)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def path(self, name: str) -> Path:
+        """Where `name` was read: for the paths shown to the student, never to read it again."""
+        return self.folder / name
+
+    def with_file(self, name: str, data: bytes) -> "Snapshot":
+        """A copy of this snapshot with `name` holding `data` (feedback/repair.py's edited copy)."""
+        return Snapshot(self.folder, {**self.data, name: data}, self.problems, self.complete)
 
     @property
     def names(self) -> list[str]:
         return sorted(self.data)
 
 
-_CURRENT: dict[str, Snapshot] = {}
-_LOCK = threading.Lock()
-
-
 def take(folder: Path) -> Snapshot:
-    """Read `folder` now and make that its current snapshot (replacing an older one)."""
-    snap = Snapshot(Path(folder).resolve())
-    with _LOCK:
-        _CURRENT[str(snap.folder)] = snap
-    return snap
-
-
-def release(snap: Snapshot) -> None:
-    """The folder is read live again (unless a newer snapshot has replaced this one)."""
-    with _LOCK:
-        if _CURRENT.get(str(snap.folder)) is snap:
-            del _CURRENT[str(snap.folder)]
-
-
-def current(folder: Path) -> Snapshot | None:
-    with _LOCK:
-        return _CURRENT.get(str(Path(folder).resolve()))
-
-
-def _held(path: Path) -> "Snapshot | None":
-    """The snapshot that answers for `path`: its folder's current one, for a top-level .py file."""
-    if not _CURRENT:
-        return None
-    path = Path(path)
-    if path.suffix != ".py":
-        return None
-    snap = _CURRENT.get(str(path.parent)) or _CURRENT.get(str(path.parent.resolve()))
-    if snap is not None and path.name not in snap.data and path.name not in snap.problems:
-        return snap if len(snap.data) + len(snap.problems) < MAX_FILES else None
-    return snap
+    """Read `folder`'s top-level .py files now (at most MAX_FILES) into a new Snapshot: the one read of them a
+    grade makes. It registers nothing: whoever takes it hands it on."""
+    folder = Path(folder).resolve()
+    data: dict[str, bytes] = {}
+    problems: dict[str, str] = {}
+    names = sorted(p.name for p in folder.glob("*.py"))
+    for name in names[:MAX_FILES]:
+        why = _problem(folder / name)
+        if why:
+            problems[name] = why
+            continue
+        try:
+            data[name] = _read(folder / name)
+        except UnusableFile as e:
+            problems[name] = str(e).removeprefix(f"{name} ")
+    return Snapshot(folder, data, problems, complete=len(names) <= MAX_FILES)

@@ -38,16 +38,16 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
 def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     """Each "module:function" (or "module:Class") keeps the defaults of its stub's signature
     (`want` gives each default as it is written, e.g. {"axis": "-1"}). `written` is what a call of the
-    stage's functions returned: a stub that returns nothing earns nothing here."""
+    stage's functions returned: a stub that returns nothing earns nothing here. The source is the grading
+    child's own (`worker_snapshot`: the grade's snapshot, the bytes the child runs)."""
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
         raise Fail("the stage's functions return None: write them first (their defaults count then)")
-    from ..sandbox.safe_files import read_bytes
     from ..sandbox.static_check import readable_default, same_default, source_defaults
 
     for target, defaults in want.items():
         module, name = target.split(":")
         # read from the source (never from the running object, whose signature the submission could forge)
-        got = source_defaults(read_bytes(api.worker.submission / f"{module}.py"), name)
+        got = source_defaults(worker_snapshot(api).read_bytes(f"{module}.py"), name)
         if got is None:
             raise Fail(f"{module}.py has no `def {name}` or `class {name}` at its top level that the name still "
                        "holds (not rebound by an assignment or import): the defaults are read from that definition")
@@ -57,7 +57,7 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
             unread = [k for k, v in bad.items() if k in got and not readable_default(v)]
             said = (f" ({', '.join(unread)}: written in a way the grader does not read as a value; write the value "
                     "itself, or a module constant holding it)" if unread else "")
-            line = parameter_line(read_bytes(api.worker.submission / f"{module}.py"), name, next(iter(bad)))
+            line = parameter_line(worker_snapshot(api).read_bytes(f"{module}.py"), name, next(iter(bad)))
             raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} are not the "
                        f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}{said}",
                        place=(f"{module}.py", name, line) if line else None)
@@ -111,10 +111,18 @@ def grader_size() -> int:
     return size >> 24
 
 
-def imported_libraries(folder, modules) -> tuple[str, ...]:
+def worker_snapshot(api):
+    """The snapshot the grading child runs (sandbox.runner.Worker.taken: the grade's), or None for a stand-in
+    worker without one (the tests')."""
+    taken = getattr(getattr(api, "worker", None), "taken", None)
+    return taken() if taken is not None else None
+
+
+def imported_libraries(snap, modules) -> tuple[str, ...]:
     """The parts of numpy and torch that the submission's `modules` (names, without .py) import, and the
-    submission's modules they import, and theirs: what a child loads in its start (static_check.library_imports)."""
-    from ..sandbox.safe_files import UnusableFile, read_bytes
+    submission's modules they import, and theirs: what a child loads in its start (static_check.library_imports),
+    read from `snap` (sandbox.safe_files.Snapshot: the grade's)."""
+    from ..sandbox.safe_files import UnusableFile
     from ..sandbox.static_check import library_imports
     from . import SUBMISSION_FILES
 
@@ -127,8 +135,8 @@ def imported_libraries(folder, modules) -> tuple[str, ...]:
             continue
         seen.add(module)
         try:
-            found, imported = library_imports(read_bytes(folder / f"{module}.py"), own)
-        except (UnusableFile, OSError):
+            found, imported = library_imports(snap.read_bytes(f"{module}.py"), own)
+        except UnusableFile:
             continue
         libraries |= found
         todo += sorted(imported - seen)
@@ -143,8 +151,8 @@ def _measurement(name: str, api=None):
     fn = FUNCTIONS[name]
     if not fn.measured:
         raise TypeError(f"{name} declares no measured arguments (declarations.Function.measured)")
-    folder = getattr(getattr(api, "worker", None), "submission", None)
-    loads = imported_libraries(folder, [f.removesuffix(".py") for f in fn.reads]) if folder is not None else ()
+    snap = worker_snapshot(api)
+    loads = imported_libraries(snap, [f.removesuffix(".py") for f in fn.reads]) if snap is not None else ()
     return fn.target, fn.measured, name, loads
 
 
@@ -184,8 +192,8 @@ def _counted_plan(api, calls: list) -> tuple[list, tuple]:
     from . import FUNCTIONS
 
     first = FUNCTIONS[calls[0][0]]
-    folder = getattr(getattr(api, "worker", None), "submission", None)
-    loads = imported_libraries(folder, [f.removesuffix(".py") for f in first.reads]) if folder is not None else ()
+    snap = worker_snapshot(api)
+    loads = imported_libraries(snap, [f.removesuffix(".py") for f in first.reads]) if snap is not None else ()
     return [(FUNCTIONS[name].target, tuple(args), dict(kwargs), counted) for name, args, kwargs, counted in calls], loads
 
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from ..child.policy import container_memory
-from .common import imported_libraries
+from .common import imported_libraries, worker_snapshot
 
 MAX_GROWTH = 2.8  # per doubling of the length: 2x is linear (exponent 1), 4x quadratic (exponent 2)
 MIN_GROWTH = 0.9  # below it the memory fell while the length grew: a T x T matrix at the shorter length only
@@ -103,8 +103,8 @@ def verdict(g: Growth, name: str = "T") -> str | None:
 
 
 def _loads(api, reads: tuple) -> tuple:
-    folder = getattr(getattr(api, "worker", None), "submission", None)
-    return imported_libraries(folder, [f.removesuffix(".py") for f in reads]) if folder is not None else ()
+    snap = worker_snapshot(api)
+    return imported_libraries(snap, [f.removesuffix(".py") for f in reads]) if snap is not None else ()
 
 
 def _calls(fn, n: int, rest: tuple, seed: int, baseline: bool) -> list:
