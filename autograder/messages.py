@@ -1,0 +1,119 @@
+"""Every kit-wide sentence a student can see, in one place: the report's fixed wording, the next step, the hint
+ladders' frames, the verdicts' and the grader's own words. A stage's own text (its checks' `Fail` strings, its
+mistakes' explanations, hints and rule sentences) stays in its declaration, `autograder/stages/<stage>.py`.
+
+A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it.
+Templates are `str.format` strings named for where they show (`{name}` is a value the caller fills in); a few
+that choose their words by a count are small functions. `tests/test_messages.py` walks what the grader prints for
+the stubs, the solutions and every catalogued mutant, and fails on a sentence that comes from neither here nor a
+stage module. To find a sentence: grep this file for a few of its words.
+"""
+
+# ---- a stage's status, and what blocks it (terminal, watch screen, HTML, Gradescope, notebook cells) ----------------
+STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
+BLOCKED_BY = "by {stage}"  # 'blocked by softmax', then the blocking stage's diagnoses in brackets
+BLOCKED_IDS = " ({ids})"
+
+# ---- the terminal report (report/terminal.py) -----------------------------------------------------------------------
+REPORT_HEADING = "Grading {submission}  (seed {seed})"
+REPORT_COLUMNS = "stage", "points", "status"  # the stage table's column heads ('#' before them)
+REPORT_BONUS_HEADING = "bonus stages"
+REPORT_CHECKS = "  ({passed}/{total} checks)"
+REPORT_TOTAL, REPORT_BONUS, REPORT_WITH_BONUS = "total", "bonus", "with bonus"
+REPORT_BONUS_FOLDED = "  (your course counts the bonus stages in the total)"
+REPORT_BONUS_APART = "  (apart from the core points)"
+REPORT_TWINS = ("({points} of these points are twins: {count} checks the autograder runs on inputs you have not seen, "
+                "run here on fixed inputs and counted as it counts them{tail})")
+REPORT_TWINS_FAILING = "; {count} fail, {points} points"
+REPORT_TWINS_PASS = "; all pass"
+REPORT_KIT_FAULTS = "The kit's own checks failed (not your code; counted as passed):"
+REPORT_PROTECTIONS_OFF = ("Sandbox protections this machine turns off or weakens (on your own machine only your own "
+                          "work is at risk; the course's grader runs with all of them):")
+REPORT_NEXT_STEP = "Next step: "
+REPORT_DIAGNOSIS = "Diagnosis {id}"
+REPORT_DIAGNOSIS_TAIL = ": {explanation}. Reread {reread}."
+REPORT_CHECK_CITE = " (reread {cite})"
+REPORT_PRINTED = "your code printed (stdout and stderr, during this check):"
+REPORT_MORE_LINES = "... {count} more lines (`make grade V=1` shows them)"
+
+
+def report_more_failing(count: int) -> str:
+    """The line under a stage whose failing checks are not all listed."""
+    return f"  ... and {count} more failing check{'' if count == 1 else 's'} (`make grade V=1` shows them all)"
+
+
+# ---- the graded record's own sentences (results.py) -----------------------------------------------------------------
+IGNORED_FILES = ("Ignored (not stage modules, never run): {files}. Only the stage modules are graded; put helpers "
+                 "inside them.")
+
+# ---- the words for a diagnosis (feedback/advice.py: Gradescope, notebook cells) -------------------------------------
+DIAGNOSIS_ONE = "{id}: {explanation} (reread {reread})"
+DIAGNOSIS_MANY = "{diagnosis}: {count} mistakes at once, and the output matches them together: "
+DIAGNOSIS_MANY_EACH = "{id}, {explanation} (reread {reread})"
+DIAGNOSIS_MANY_JOIN = "; and "
+
+# ---- the next step (feedback/advice.py): one thing to do, computed once per grade -----------------------------------
+NUDGE = " `make hint` gives a nudge."
+SUBMIT = " Run `make submit` to package your work."
+STEP_STAGE = "stage {number} ({name})"
+STEP_ENVIRONMENT = "stages {stages} were not graded: {message}"
+STEP_BLOCKED = "{head} is blocked {note}: fix {blocker} first (see above)."
+STEP_MISSING_FILES = ("start {head}: {files} {verb} not in the submission; put the starter file back and replace its "
+                      "stub." + NUDGE)
+STEP_START = "start {head}: open {where} and replace the stub." + NUDGE
+STEP_REFUSED = "fix {head}: {message}."
+STEP_LOADING_HUNG = ("fix {head}: {file} never finished loading: line {line}, outside any function, was still running "
+                     "when the time ran out (a loop that never ends?)." + NUDGE)
+STEP_DEFAULT = "fix {head} at {where}: {message}. {rule}." + NUDGE
+STEP_DIAGNOSED = "fix {head} {where}: {named}{explanation}.{repaired} Reread {reread}."
+STEP_AT = "at {where}"
+STEP_LOCATED = "fix {head} {where}: check '{check}' ({doc}) fails and {what}.{repaired}" + NUDGE
+STEP_RAISES = "your code raises {type} ({message})"
+STEP_OWN_OUTPUT_WRONG = "that function's own output is wrong"
+STEP_CHECK = "fix {head}, check '{check}' ({doc}), at {where}." + NUDGE
+STEP_IN_FUNCTION = "in {function}, at {where}{how}"  # 'in causal_mask, at exercises/masking.py:23'
+STEP_REPAIRED = " {said}."  # an edit of a copy confirmed the parting line's change (feedback/repair.py)
+STEP_STILL_FAILING = ("the stages just graded pass; stage {number} ({name}) is still {status}: open {file} and save it "
+                      "to grade it again.")
+STEP_NEXT_STAGE = " Next: stage {number} ({name}), `make grade STAGE={name}`."
+STEP_SOME_PASS = "{these} {verb}.{after} Run `make grade` to see the whole kit."
+STEP_CORE_PASS = "the core stages pass." + SUBMIT + " The bonus stages ({numbers}) are there if you want more."
+STEP_ALL_PASS = "every stage passes." + SUBMIT
+
+# ---- hints (feedback/hints.py, feedback/hint_ladders.py): `make hint` ------------------------------------------------
+HINT_DEFAULT_QUESTION = "What does this function return for a 2 x 2 input you can work out by hand?"
+HINT_WHERE_DEFAULT = "the function the next step names"
+HINT_WHERE_FUNCTION = ", function "  # 'file.py:name' read as 'file.py, function name'
+HINT_RUNG_LOOK = "Look at {where}. {question}"
+HINT_RUNG_IDEA = "{explanation}."
+HINT_RUNG_REREAD = "Reread {reread}, then run `make grade` again."
+HINT_EDIT = "In {file}, line {line}, change `{before}` to `{after}` ({said})."
+HINT_NONE_NEEDED = "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
+HINT_UNKNOWN_STAGE = "unknown stage {stage}; stages: {stages}"
+HINT_FOR_MISTAKE = ("Hint {rung}/{of} for stage {number} ({stage}), about the mistake your last run named, {mistake}:\n"
+                    "  {text}\n({more})")
+HINT_FOR_STAGE = "Hint {rung}/{of} for stage {number} ({stage}):\n  {text}\n({more})"
+HINT_MORE_GENERAL = "run `make hint` again for the stage's general hints"
+HINT_MORE = "run `make hint` again for the next one"
+HINT_LAST = "that was the last hint"
+
+# ---- the verdict and the grader's own faults (grade/, grade/verdict.py) ---------------------------------------------
+GRADER_FAULT_PLACE = " at the kit's {where}:{line}"
+GRADER_FAULT = ("the grader's own check {check} failed ({type}: {error}{place}). This is a bug in the kit, not in your "
+                "code, and it costs you no points. Please report it to your course staff with this line and the kit "
+                "version ({version}).")
+ERROR_AT = " at {where}"
+ERROR_CALLED_FROM = ", in stage {number} ({stage})'s code, called from your {function} at {where}"
+ERROR_NOT_IMPLEMENTED = "not implemented yet{where} ({message})"
+ERROR_CONTRACT = "does not follow the contract: {message}"
+ERROR_IN_GRADER = ("the grader could not use your objects: {type}: {message} (raised in the grader's own code while "
+                   "using them, not on a line of yours; check the names and types the docstring asks for)")
+ERROR_RAISED = "raised {type}: {message}{where}"
+SYNTAX_ERROR_WHERE = "{message} ({file}, line {line})"
+CHECK_ABORTED = "an earlier check of this stage did not finish ({said})"
+CHECK_DID_NOT_FINISH = "your code did not finish: {said}"
+CHECK_UNREADABLE = "could not read your result: {type}: {error}"
+ENVIRONMENT = ("not run: the grader's environment could not run your code: {what}. This is not a problem with your "
+               "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
+               "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
+NO_TORCH = "torch could not be loaded in the child ({error})"
