@@ -9,6 +9,16 @@ the stubs, the solutions and every catalogued mutant, and fails on a sentence th
 stage module. To find a sentence: grep this file for a few of its words.
 """
 
+# ---- the kit-wide rules, written in the student README (autograder/instructor/build.py) word for word ----------------
+# A check names the sentence it enforces (declarations.Check.rule): the first and last for worked and reference
+# checks unless it names its own. INPUTS_RULE is checked around every call of student code
+# (autograder/child/invariants.py, api.StudentAPI).
+WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
+INPUTS_RULE = "Your functions leave the arrays and tensors they are given as they were"
+DEFAULTS_RULE = "Default argument values are part of the contract: keep the defaults of the stubs' signatures"
+REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
+                  "random inputs of every shape its docstring allows")
+
 # ---- a stage's status, and what blocks it (terminal, watch screen, HTML, Gradescope, notebook cells) ----------------
 STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
 BLOCKED_BY = "by {stage}"  # 'blocked by softmax', then the blocking stage's diagnoses in brackets
@@ -39,7 +49,8 @@ REPORT_MORE_LINES = "... {count} more lines (`make grade V=1` shows them)"
 
 def report_more_failing(count: int) -> str:
     """The line under a stage whose failing checks are not all listed."""
-    return f"  ... and {count} more failing check{'' if count == 1 else 's'} (`make grade V=1` shows them all)"
+    checks = "check" if count == 1 else "checks"
+    return f"  ... and {count} more failing {checks} (`make grade V=1` shows them all)"
 
 
 # ---- the graded record's own sentences (results.py) -----------------------------------------------------------------
@@ -117,3 +128,85 @@ ENVIRONMENT = ("not run: the grader's environment could not run your code: {what
                "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
                "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
 NO_TORCH = "torch could not be loaded in the child ({error})"
+
+# ---- comparisons (evidence/compare.py): a check's message when a value differs --------------------------------------
+CLOSE_NOT_ARRAY = "{what}: expected an array, got {type}"
+CLOSE_NOT_FLOAT = "{what}: expected a float array, got {type} of dtype {dtype}"
+CLOSE_BATCH_INDEX = "batch index {index}, "
+CLOSE_ROW_COLUMN = "{lead}row {row}, column {column}"
+CLOSE_POSITION = "position {index}"
+CLOSE_THE_VALUE = "the value"
+CLOSE_INPUT = " (input: {inputs})"
+CLOSE_SHAPE = "{what}: shape {got}, expected {expected}{input}"
+CLOSE_NAN = "{what}: NaN at {where} ({count} NaN in all), expected {expected}{input}"
+CLOSE_ROW = "; that row: expected {expected}, got {got}"
+CLOSE_DIFFER = ("{what}: {bad} of {size} entries differ; worst at {where}: expected {expected}, got {got} "
+                "(error {error:.3g}, allowed {allowed:.3g}){row}{input}")
+CLOSE_READING = "\n(what the numbers show: {reading})"  # evidence/inference.py's reading of the difference
+PRINTED_DIFFER = "{what}: the article prints {printed}, you get {got} (rounded to {decimals} decimals: {rounded})"
+WITHIN_DIFFER = "{what}: the article prints {printed}, you get {got}; the allowed sampling error is {tol}"
+
+# ---- the articles' worked numbers (stages/article_numbers.py: each quantity's words are declared there) -------------
+WORKED_WHAT = "{quantity} (Article {article}, '{section}')"
+WORKED_TITLE = "Article {article}, {section}: {quantity}"
+WORKED_CITE = "Article {article}, '{section}'"
+
+# ---- the stages' shared checks (stages/common.py) -------------------------------------------------------------------
+RAISES_OTHER = "{what} raised {type}: {message}; expected ValueError"
+RAISES_NOT = "{what} returned {got} instead of raising ValueError"
+DEFAULTS_NOT_WRITTEN = "the stage's functions return None: write them first (their defaults count then)"
+DEFAULTS_NO_DEF = ("{module}.py has no `def {name}` or `class {name}` at its top level that the name still holds (not "
+                   "rebound by an assignment or import): the defaults are read from that definition")
+DEFAULTS_UNREAD = (" ({names}: written in a way the grader does not read as a value; write the value itself, or a module "
+                   "constant holding it)")
+DEFAULTS_DIFFER = "{name}: the defaults {got} are not the contract's {want}{unread}"
+IGNORES_INPUT = "{what} gave the same output for two different inputs: it ignores its input"
+
+# ---- how memory grows with the length (stages/growth.py: the fused and tiled stages' cost rules) --------------------
+GROWTH_DESCRIBED = ("at {name} = {sizes} the call's memory (its inputs and output, plus what the call itself added over "
+                    "the grader's own code: {added} MiB) was {memory} MiB: it grew {steps} per doubling of {name} "
+                    "(fitted exponent {exponent:.2f}; a step counts once the call adds more than {noise} MiB)")
+GROWTH_THEN = ", then "
+GROWTH_TOO_FAST = ("your call's memory grew {step:.1f}x when {name} doubled (between {name} = {a:,} and {b:,}); "
+                   "without {article} {name} x {name} matrix it grows 2x")
+GROWTH_FELL = ("your call's memory fell from {before} MiB at {name} = {a:,} to {after} MiB at {b:,}: at the shorter "
+               "length it kept memory that grows faster than {name} * d ({article} {name} x {name} matrix), which a "
+               "longer length did not show")
+GROWTH_VERDICT = "{why}. One call raised peak memory by {added} MiB; {described}"
+
+# ---- a confirmed edit of the parting line (feedback/repair.py): the next step's "Confirmed: ..." and the last hint ---
+EDIT_NOT_REMOVED = "the mask's `~` removed"
+EDIT_INVERTED = "the mask inverted (`~` added)"
+EDIT_REVERSED = "the mask's comparison reversed"
+EDIT_TRIL = "tril for triu (the mask built per row)"
+EDIT_TRIU = "triu for tril"
+EDIT_PER_ROW = "the mask's comparison read per row"
+EDIT_DIAGONAL = "the diagonal moved by {shift:+d}"
+EDIT_STRICT = "the mask's comparison made strict"
+EDIT_EQUAL_IN = "the equal case let in"
+EDIT_OWN_AXIS = "the function's own `{param}`"
+EDIT_AXIS_BACK = "the axis argument changed back to {what}"
+EDIT_IS_CAUSAL = "is_causal=True added to the call"
+EDIT_OPERAND = "the operand `{now}` where `{was}` was"
+EDIT_SQRT = "the division by the square root of d_k"
+EDIT_COPY = "a copy of `{name}` made before the write"
+CONFIRMED = "confirmed: with {words} on line {line}, {passes}"
+CONFIRMED_ONE = "the failing {stage} check passes"
+CONFIRMED_ALL = "all {count} failing {stage} checks pass"
+
+# ---- what the numbers show (evidence/inference.py): a difference read off an output's structure ---------------------
+READ_AXIS = "the sums that are 1 run along axis {axis} of {ndim} (over {which}), while the rows over the keys sum to {rows}"
+READ_AXIS_QUERIES, READ_AXIS_BATCH = "the queries", "a batch axis"
+READ_EVERYTHING = ("on [{n_q}, {n_k}] scores, all the weights together sum to 1, while each row should: the rows sum to "
+                   "{rows}")
+READ_TEMPERATURE = ("your {what} are {factor:.4g} times the right ones: the raw scores q.k are divided by {divisor:.4g}, "
+                    "which is {name}, where sqrt(d_k) = {right:.4g} is right")
+READ_LOG_WEIGHTS, READ_SCORES = "log-weights", "scores"
+READ_AFTER_SOFTMAX = "each row is the right weights times a constant: the rows sum to {sums} instead of 1"
+READ_NO_KEY, READ_EVERY_KEY = "no query sees any key (all False)", "every query sees every key (all True)"
+READ_SEES = "query i sees keys {rule}"
+READ_SYMMETRIC = "a symmetric pattern, rows "
+READ_ROWS = "rows "
+READ_TRANSPOSED = " (the transpose of the right mask)"
+READ_INVERTED = " (the right mask inverted)"
+READ_MASK = "for n_q={n_q}, n_k={n_k} your mask says {says}{extra}; the rule is {right}"

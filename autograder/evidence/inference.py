@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from .. import messages as say
 from ..declarations import Mistake
 
 TOL = 1e-3  # how exactly a structure must fit before it is claimed (relative, fp32 inputs)
@@ -105,12 +106,10 @@ def normalisation(got, want):
     rows = np.round(g.sum(-1).ravel()[:3], 4).tolist()
     for ax in range(g.ndim - 1):
         if _close(g.sum(ax), 1.0, 1e-5):
-            return ("inferred-softmax-axis", f"the sums that are 1 run along axis {ax} of {g.ndim} (over "
-                    f"{'the queries' if ax == g.ndim - 2 else 'a batch axis'}), while the rows over the keys sum "
-                    f"to {rows}")
+            which = say.READ_AXIS_QUERIES if ax == g.ndim - 2 else say.READ_AXIS_BATCH
+            return "inferred-softmax-axis", say.READ_AXIS.format(axis=ax, ndim=g.ndim, which=which, rows=rows)
     if _close(g.sum(axis=(-2, -1)), 1.0, 1e-5):
-        return ("inferred-normalised-everything", f"on [{g.shape[-2]}, {g.shape[-1]}] scores, all the weights "
-                f"together sum to 1, while each row should: the rows sum to {rows}")
+        return "inferred-normalised-everything", say.READ_EVERYTHING.format(n_q=g.shape[-2], n_k=g.shape[-1], rows=rows)
     return None
 
 
@@ -155,9 +154,9 @@ def temperature(got, want, facts: dict, weights: bool):
     name = _divisor_name(divisor, facts)
     if name is None:
         return None
-    what = "log-weights" if weights else "scores"
-    return ("inferred-temperature", f"your {what} are {a:.4g} times the right ones: the raw scores q.k are divided "
-            f"by {divisor:.4g}, which is {name}, where sqrt(d_k) = {math.sqrt(facts['d_k']):.4g} is right")
+    what = say.READ_LOG_WEIGHTS if weights else say.READ_SCORES
+    return "inferred-temperature", say.READ_TEMPERATURE.format(what=what, factor=a, divisor=divisor, name=name,
+                                                               right=math.sqrt(facts["d_k"]))
 
 
 def after_softmax(got, want):
@@ -170,25 +169,24 @@ def after_softmax(got, want):
     if np.all(np.abs(c - 1) < 1e-2) or np.any(c <= 0) or not _close(g, w * c):  # a real factor, not rounding
         return None
     vals = np.unique(np.round(c.ravel(), 4))[:3].tolist()
-    return ("inferred-scaled-after-softmax", f"each row is the right weights times a constant: the rows sum to "
-            f"{vals} instead of 1")
+    return "inferred-scaled-after-softmax", say.READ_AFTER_SOFTMAX.format(sums=vals)
 
 
 def describe_pattern(allowed: np.ndarray) -> str:
     """The rule a boolean [n_q, n_k] mask follows, in words ('query i sees keys j <= i+1'), or its rows."""
     n_q, n_k = allowed.shape
     if not allowed.any() or allowed.all():  # every offset past the edge gives it: no rule can be read from it
-        return "no query sees any key (all False)" if not allowed.any() else "every query sees every key (all True)"
+        return say.READ_NO_KEY if not allowed.any() else say.READ_EVERY_KEY
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     for s in range(-n_k, n_k + 1):
         term = f"i{s:+d}" if s else "i"
         for rule, mask in ((f"j <= {term}", j <= i + s), (f"j < {term}", j < i + s),
                            (f"j >= {term}", j >= i + s), (f"j > {term}", j > i + s)):
             if np.array_equal(allowed, mask):
-                return f"query i sees keys {rule}"
+                return say.READ_SEES.format(rule=rule)
     if np.array_equal(allowed, allowed.T) and n_q == n_k:
-        return "a symmetric pattern, rows " + str(allowed.astype(int).tolist())
-    return "rows " + str(allowed.astype(int).tolist())
+        return say.READ_SYMMETRIC + str(allowed.astype(int).tolist())
+    return say.READ_ROWS + str(allowed.astype(int).tolist())
 
 
 def mask_pattern(got, want):
@@ -197,14 +195,14 @@ def mask_pattern(got, want):
     if g.shape != w.shape or g.ndim != 2 or g.dtype != bool or np.array_equal(g, w):
         return None
     n_q, n_k = w.shape
-    right = f"query i sees keys j <= i{n_k - n_q:+d}" if n_k != n_q else "query i sees keys j <= i"
+    right = say.READ_SEES.format(rule=f"j <= i{n_k - n_q:+d}" if n_k != n_q else "j <= i")
     extra = ""
     if n_q == n_k and np.array_equal(g, w.T):
-        extra = " (the transpose of the right mask)"
+        extra = say.READ_TRANSPOSED
     elif np.array_equal(g, ~w):
-        extra = " (the right mask inverted)"
-    return ("inferred-mask-pattern", f"for n_q={n_q}, n_k={n_k} your mask says {describe_pattern(g)}{extra}; the "
-            f"rule is {right}")
+        extra = say.READ_INVERTED
+    return "inferred-mask-pattern", say.READ_MASK.format(n_q=n_q, n_k=n_k, says=describe_pattern(g), extra=extra,
+                                                         right=right)
 
 
 def low_precision(got, want):
