@@ -210,3 +210,61 @@ READ_ROWS = "rows "
 READ_TRANSPOSED = " (the transpose of the right mask)"
 READ_INVERTED = " (the right mask inverted)"
 READ_MASK = "for n_q={n_q}, n_k={n_k} your mask says {says}{extra}; the rule is {right}"
+
+# ---- the mistakes inferred from an output's structure (evidence/inference.py: where and line patterns there) ------
+# no stage declares them: each id's explanation, section to reread and hint question
+INFERRED_WORDS = {
+    'inferred-softmax-axis': {
+        'explanation': ("the weights are normalised along another axis than the keys, so a query's weights do not sum "
+                             'to 1'),
+        'reread': "Article A, 'How the scores become shares'",
+        'question': 'Along which axis do your weights sum to 1, and along which should they?',
+    },
+    'inferred-normalised-everything': {
+        'explanation': "the weights are normalised over the whole matrix at once instead of one query's row at a time",
+        'reread': "Article A, 'How the scores become shares'",
+        'question': "Does each query's row sum to 1 on its own?",
+    },
+    'inferred-temperature': {
+        'explanation': ('the scores are divided by the wrong amount before softmax, so the weights are too sharp or too '
+                             'flat'),
+        'reread': "Article B, 'Scores, now with a divide'",
+        'question': 'What exactly are the raw scores divided by, and which dimension does that number come from?',
+    },
+    'inferred-scaled-after-softmax': {
+        'explanation': ("a factor is applied to the weights after softmax, so each query's weights no longer sum to 1; "
+                             'scale the scores, before softmax'),
+        'reread': "Article A, 'How the scores become shares'",
+        'question': 'Is any factor applied to the weights after softmax?',
+    },
+    'inferred-mask-pattern': {
+        'explanation': ('the mask lets each query see a different set of keys than the causal rule (query i sees keys j '
+                             '<= n_k - n_q + i)'),
+        'reread': "Article B, 'Causal attention'",
+        'question': 'For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+    },
+    'inferred-low-precision': {
+        'explanation': ('the result is computed in a low-precision float type (float16 or bfloat16) somewhere, and its '
+                             "rounding shows; keep the input's precision"),
+        'reread': "the stub's docstring ('any float dtype')",
+        'question': 'Is any value on its way converted to a smaller float type than it came in?',
+    },
+    'inferred-layout': {
+        'explanation': ('the output holds the right numbers in the wrong arrangement: axes swapped, or a reshape where '
+                             'the axes had to be moved first'),
+        'reread': "Article B, 'Code that matches the hand numbers'",
+        'question': 'Print the shape after every reshape and axis swap: is each axis where the docstring says it is?',
+    },
+    'inferred-no-output-projection': {
+        'explanation': 'the output is the heads placed side by side, without the output projection applied',
+        'reread': "Article B, 'Multi-head attention'",
+        'question': 'After the heads are placed side by side, what is the last step?',
+    },
+    'inferred-cache-contents': {
+        'explanation': ('the cache does not hold the keys and values of the positions it should: an entry is written '
+                             'twice, skipped, or holds another tensor'),
+        'reread': "Article B, 'What it costs as the sequence grows'",
+        'question': ('After one call of forward with the cache, how many positions does it hold, and which tensor is '
+                          'in each?'),
+    },
+}

@@ -13,7 +13,8 @@ allowed modules wrote. The rule, line by line, with runs of whitespace read as o
 2. Each skeleton line with a word of two letters or more is searched for in the output line; where it matches,
    its literal parts are covered. What a wildcard matched is not covered: it is a value, and must pass step 4.
 3. The values of the run are covered wherever they occur: the messages of the student's exceptions, what their
-   code printed, the lines of their files (text the student wrote or the libraries raised, never the kit's).
+   code printed, the lines of their files, and the message of a check that could not read their result
+   (Failure.UNREADABLE: what a library raised on their value): text the student wrote or the libraries raised.
 4. What is left must be values: a word (letters only, three or more) left uncovered fails the line unless it is
    a name: an identifier of the submission's files, of an allowed module (function, variable, argument,
    attribute, stage or check name), an exception's type, a folder of the submission's path. Numbers, paths,
@@ -32,6 +33,7 @@ from conftest import EXERCISES, GRADER_ROOT, MUTANTS, grade, tiered, variant
 from autograder.feedback import hints
 from autograder.report import terminal as terminal_module
 from autograder.report.terminal import terminal
+from autograder.results import Failure
 from autograder.stages import CATALOGUE, STAGES
 
 PLACEHOLDER = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[sdrfgi]|\{[^{}\s]*\}")
@@ -84,7 +86,8 @@ def _pattern(pieces: list) -> tuple | None:
 
 
 def _space(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
+    """Runs of whitespace as one space, lower case (a template may capitalise a declared sentence's first word)."""
+    return re.sub(r"\s+", " ", text).lower()
 
 
 @cache
@@ -155,7 +158,7 @@ def unexplained(text: str, values: list[str] = (), names: set[str] = frozenset()
             _cover(line, (value,), covered)
         for lits in [p for w in ("", *set(re.findall(r"\w+", line))) for p in index.get(w, ())]:
             _cover(line, lits, covered)
-        words = [m.group() for m in WORD.finditer(line)
+        words = [m.group() for m in WORD.finditer(re.sub(r"\s+", " ", raw))
                  if not all(covered[m.start():m.end()]) and m.group() not in known]
         if words:
             bad.append(f"{raw.strip()}    <- not from the allowed modules: {' '.join(words)}")
@@ -170,6 +173,8 @@ def run_values(res) -> tuple[list[str], set[str]]:
             if r.error:
                 values.append(str(r.error.get("message", "")))
                 names.add(str(r.error.get("type")))
+            if r.failure == Failure.UNREADABLE:  # what a library raised reading the student's odd value
+                values.append(r.message)
             values.append(r.output)
     for path in sorted(res.submission.glob("*.py")):
         source = path.read_text()
@@ -249,3 +254,9 @@ def test_the_walk_sees_a_sentence_written_elsewhere(solutions_result, tmp_path, 
     # and one hidden in the next step, after an allowed template
     step = solutions_result.next_step + " Well done, go get a coffee now."
     assert unexplained(step, values, names) and not unexplained(solutions_result.next_step, values, names)
+
+
+def test_messages_is_a_leaf():
+    """messages.py imports nothing (the standard library would do; the package never): any part may read it."""
+    tree = ast.parse((GRADER_ROOT / "messages.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -17,61 +17,18 @@ from ..declarations import Mistake
 
 TOL = 1e-3  # how exactly a structure must fit before it is claimed (relative, fp32 inputs)
 
-INFERRED: tuple[Mistake, ...] = (
-    Mistake(id="inferred-softmax-axis", where="softmax.py:softmax",
-            explanation="the weights are normalised along another axis than the keys, so a query's weights do "
-                        "not sum to 1",
-            reread="Article A, 'How the scores become shares'",
-            question='Along which axis do your weights sum to 1, and along which should they?',
-            line='sum\\(|axis'),
-    Mistake(id="inferred-normalised-everything", where="softmax.py:softmax",
-            explanation="the weights are normalised over the whole matrix at once instead of one query's row "
-                        "at a time",
-            reread="Article A, 'How the scores become shares'",
-            question="Does each query's row sum to 1 on its own?",
-            line='sum\\('),
-    Mistake(id="inferred-temperature", where="scaling.py:scaled_scores",
-            explanation="the scores are divided by the wrong amount before softmax, so the weights are too sharp "
-                        "or too flat",
-            reread="Article B, 'Scores, now with a divide'",
-            question='What exactly are the raw scores divided by, and which dimension does that number come from?',
-            line='sqrt|\\*\\*|/'),
-    Mistake(id="inferred-scaled-after-softmax", where="masking.py:attention",
-            explanation="a factor is applied to the weights after softmax, so each query's weights no longer "
-                        "sum to 1; scale the scores, before softmax",
-            reread="Article A, 'How the scores become shares'",
-            question='Is any factor applied to the weights after softmax?',
-            line='softmax\\('),
-    Mistake(id="inferred-mask-pattern", where="masking.py:causal_mask",
-            explanation="the mask lets each query see a different set of keys than the causal rule "
-                        "(query i sees keys j <= n_k - n_q + i)",
-            reread="Article B, 'Causal attention'",
-            question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-            line='<=|>=|<|>|tril|triu'),
-    Mistake(id="inferred-low-precision", where="softmax.py:softmax",
-            explanation="the result is computed in a low-precision float type (float16 or bfloat16) somewhere, "
-                        "and its rounding shows; keep the input's precision",
-            reread="the stub's docstring ('any float dtype')",
-            question='Is any value on its way converted to a smaller float type than it came in?',
-            line='float16|half|bfloat16|astype'),
-    Mistake(id="inferred-layout", where="heads.py:split_heads",
-            explanation="the output holds the right numbers in the wrong arrangement: axes swapped, or a reshape "
-                        "where the axes had to be moved first",
-            reread="Article B, 'Code that matches the hand numbers'",
-            question='Print the shape after every reshape and axis swap: is each axis where the docstring says it is?',
-            line='reshape|swapaxes|transpose|view|permute'),
-    Mistake(id="inferred-no-output-projection", where="module.py:forward",
-            explanation="the output is the heads placed side by side, without the output projection applied",
-            reread="Article B, 'Multi-head attention'",
-            question='After the heads are placed side by side, what is the last step?',
-            line='^\\s*return\\b'),
-    Mistake(id="inferred-cache-contents", where="kv_cache.py:append",
-            explanation="the cache does not hold the keys and values of the positions it should: an entry is "
-                        "written twice, skipped, or holds another tensor",
-            reread="Article B, 'What it costs as the sequence grows'",
-            question='After one call of forward with the cache, how many positions does it hold, and which tensor is in '
-                     'each?',
-            line='\\.append\\(|cache\\.|\\]\\s*='),
+INFERRED: tuple[Mistake, ...] = tuple(  # their words: messages.INFERRED_WORDS
+    Mistake(id=i, where=where, line=line, **say.INFERRED_WORDS[i]) for i, where, line in (
+        ('inferred-softmax-axis', 'softmax.py:softmax', 'sum\\(|axis'),
+        ('inferred-normalised-everything', 'softmax.py:softmax', 'sum\\('),
+        ('inferred-temperature', 'scaling.py:scaled_scores', 'sqrt|\\*\\*|/'),
+        ('inferred-scaled-after-softmax', 'masking.py:attention', 'softmax\\('),
+        ('inferred-mask-pattern', 'masking.py:causal_mask', '<=|>=|<|>|tril|triu'),
+        ('inferred-low-precision', 'softmax.py:softmax', 'float16|half|bfloat16|astype'),
+        ('inferred-layout', 'heads.py:split_heads', 'reshape|swapaxes|transpose|view|permute'),
+        ('inferred-no-output-projection', 'module.py:forward', '^\\s*return\\b'),
+        ('inferred-cache-contents', 'kv_cache.py:append', '\\.append\\(|cache\\.|\\]\\s*='),
+    )
 )
 INFERRED_IDS = {m.id for m in INFERRED}
 
