@@ -1,5 +1,5 @@
 """The records a stage is declared with (Stage, Function, Mistake) and the Check each of its
-check functions becomes. It imports nothing from the package, so any module may use it.
+check functions becomes. It imports nothing from the package but the leaf `messages`, so any module may use it.
 
 A stage module (autograder/stages/<name>.py) opens with `STAGE = Stage(name=..., ...)` and then
 registers its checks with `@STAGE.check(points=..., kind=..., visibility=...)`.
@@ -8,16 +8,14 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+from .messages import DEFAULTS_RULE as DEFAULTS_RULE
+from .messages import INPUTS_RULE as INPUTS_RULE
+from .messages import REFERENCE_RULE as REFERENCE_RULE
+from .messages import WORKED_RULE as WORKED_RULE
+
 KINDS = ("worked", "reference", "property")
 VISIBILITIES = ("public", "hidden")
-# The kit-wide rules, written in the student README (autograder/instructor/build.py) word for word. A check
-# names the sentence it enforces: these two for worked and reference checks unless it names its own. INPUTS_RULE
-# is checked around every call of student code (autograder/child/invariants.py, api.StudentAPI).
-WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
-INPUTS_RULE = "Your functions leave the arrays and tensors they are given as they were"
-DEFAULTS_RULE = "Default argument values are part of the contract: keep the defaults of the stubs' signatures"
-REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
-                  "random inputs of every shape its docstring allows")
+# The kit-wide rules (their sentences: messages.py) are read here beside the records that name them.
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from . import messages as say
 from .declarations import Check
 from .sandbox.safe_files import Snapshot
 from .stages import BY_NAME, mistakes_of
@@ -176,8 +177,7 @@ class Results:
         """The sentence every report gives about `ignored_files` ("" when there are none)."""
         if not self.ignored_files:
             return ""
-        return (f"Ignored (not stage modules, never run): {', '.join(self.ignored_files)}. Only the stage modules "
-                "are graded; put helpers inside them.")
+        return say.IGNORED_FILES.format(files=", ".join(self.ignored_files))
 
     @property
     def core_stages(self) -> list[StageResult]:

@@ -1,6 +1,7 @@
 """Comparisons that fail with a message saying what, where and by how much."""
 import numpy as np
 
+from .. import messages as say
 from ..outcomes import Fail
 from .diagnosis import diagnose
 from .inference import infer
@@ -21,9 +22,9 @@ def as_array(got, what: str) -> np.ndarray:
     try:
         a = np.asarray(got)
     except Exception:  # noqa: BLE001
-        raise Fail(f"{what}: expected an array, got {type(got).__name__}") from None
+        raise Fail(say.CLOSE_NOT_ARRAY.format(what=what, type=type(got).__name__)) from None
     if a.dtype.kind not in "fiub":
-        raise Fail(f"{what}: expected a float array, got {type(got).__name__} of dtype {a.dtype}")
+        raise Fail(say.CLOSE_NOT_FLOAT.format(what=what, type=type(got).__name__, dtype=a.dtype))
     return a
 
 
@@ -34,9 +35,9 @@ def index_str(idx) -> str:
 def describe_position(idx, shape) -> str:
     """'row 1, column 2' for the last two axes, with any leading (batch) index."""
     if len(idx) >= 2:
-        lead = f"batch index {index_str(idx[:-2])}, " if len(idx) > 2 else ""
-        return f"{lead}row {int(idx[-2])}, column {int(idx[-1])}"
-    return f"position {index_str(idx)}"
+        lead = say.CLOSE_BATCH_INDEX.format(index=index_str(idx[:-2])) if len(idx) > 2 else ""
+        return say.CLOSE_ROW_COLUMN.format(lead=lead, row=int(idx[-2]), column=int(idx[-1]))
+    return say.CLOSE_POSITION.format(index=index_str(idx))
 
 
 def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL, inputs: str = "",
@@ -55,7 +56,7 @@ def check_close(got, expected, what: str, rtol: float = RTOL, atol: float = ATOL
         found = diagnose(got, expected, mistakes() if callable(mistakes) else mistakes, ignore_nan_in_mistakes)
         arrays = _view(got, expected, atol, rtol)
         reading = None if found else infer(got, expected)  # the structure, in numbers (no id here)
-        raise Fail(str(f) + (f"\n(what the numbers show: {reading[1]})" if reading else ""), diagnosis=found,
+        raise Fail(str(f) + (say.CLOSE_READING.format(reading=reading[1]) if reading else ""), diagnosis=found,
                    arrays=arrays) from None
 
 
@@ -76,17 +77,17 @@ def _view(got, expected, atol: float, rtol: float) -> dict | None:
 
 
 def _check_close(got, expected, what: str, rtol: float, atol: float, inputs: str) -> None:
-    ctx = f" (input: {inputs})" if inputs else ""
+    ctx = say.CLOSE_INPUT.format(inputs=inputs) if inputs else ""
     g = as_array(got, what)
     e = np.asarray(expected, dtype=np.float64)
     if g.shape != e.shape:
-        raise Fail(f"{what}: shape {tuple(g.shape)}, expected {tuple(e.shape)}{ctx}")
+        raise Fail(say.CLOSE_SHAPE.format(what=what, got=tuple(g.shape), expected=tuple(e.shape), input=ctx))
     g = g.astype(np.float64)
     bad_nan = np.isnan(g) & ~np.isnan(e)
     if bad_nan.any():
         idx = np.argwhere(bad_nan)[0]
-        raise Fail(f"{what}: NaN at {describe_position(idx, g.shape)} ({int(bad_nan.sum())} NaN in all), "
-                   f"expected {fmt(e[tuple(idx)])}{ctx}")
+        raise Fail(say.CLOSE_NAN.format(what=what, where=describe_position(idx, g.shape), count=int(bad_nan.sum()),
+                                        expected=fmt(e[tuple(idx)]), input=ctx))
     both_inf = np.isinf(e) & (g == e)
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.where(both_inf, 0.0, np.abs(g - e))
@@ -95,15 +96,13 @@ def _check_close(got, expected, what: str, rtol: float, atol: float, inputs: str
     bad = err > limit
     if bad.any():
         idx = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), g.shape) if g.ndim else ()
-        where = describe_position(idx, g.shape) if g.ndim else "the value"
+        where = describe_position(idx, g.shape) if g.ndim else say.CLOSE_THE_VALUE
         row = ""
         if g.ndim >= 2:
-            row = f"; that row: expected {fmt(e[tuple(idx[:-1])])}, got {fmt(g[tuple(idx[:-1])])}"
-        raise Fail(
-            f"{what}: {int(bad.sum())} of {bad.size} entries differ; worst at {where}: "
-            f"expected {fmt(e[idx])}, got {fmt(g[idx])} (error {float(err[idx]):.3g}, allowed {float(limit[idx]):.3g})"
-            f"{row}{ctx}"
-        )
+            row = say.CLOSE_ROW.format(expected=fmt(e[tuple(idx[:-1])]), got=fmt(g[tuple(idx[:-1])]))
+        raise Fail(say.CLOSE_DIFFER.format(what=what, bad=int(bad.sum()), size=bad.size, where=where,
+                                           expected=fmt(e[idx]), got=fmt(g[idx]), error=float(err[idx]),
+                                           allowed=float(limit[idx]), row=row, input=ctx))
 
 
 def check_printed(got, printed, decimals: int, what: str) -> None:
@@ -111,12 +110,12 @@ def check_printed(got, printed, decimals: int, what: str) -> None:
     g = as_array(got, what).astype(np.float64)
     p = np.asarray(printed, dtype=np.float64)
     if g.shape != p.shape:
-        raise Fail(f"{what}: shape {tuple(g.shape)}, expected {tuple(p.shape)}")
+        raise Fail(say.CLOSE_SHAPE.format(what=what, got=tuple(g.shape), expected=tuple(p.shape), input=""))
     half = 0.5 * 10.0 ** (-decimals) + 1e-9
     bad = ~(np.abs(g - p) <= half)
     if bad.any():
-        raise Fail(f"{what}: the article prints {fmt(p, decimals)}, you get {fmt(g, decimals + 2)} "
-                   f"(rounded to {decimals} decimals: {fmt(np.round(g, decimals), decimals)})")
+        raise Fail(say.PRINTED_DIFFER.format(what=what, printed=fmt(p, decimals), got=fmt(g, decimals + 2),
+                                             decimals=decimals, rounded=fmt(np.round(g, decimals), decimals)))
 
 
 def check_within(got, printed, tol: float, what: str) -> None:
@@ -124,8 +123,7 @@ def check_within(got, printed, tol: float, what: str) -> None:
     g = as_array(got, what).astype(np.float64)
     p = np.asarray(printed, dtype=np.float64)
     if g.shape != p.shape or not np.all(np.abs(g - p) <= tol):
-        raise Fail(f"{what}: the article prints {fmt(p, 2)}, you get {fmt(g, 2)}; "
-                   f"the allowed sampling error is {fmt(tol, 3)}")
+        raise Fail(say.WITHIN_DIFFER.format(what=what, printed=fmt(p, 2), got=fmt(g, 2), tol=fmt(tol, 3)))
 
 
 def variance_stderr(d_k: int, n_pairs: int, scaled: bool = False) -> float:

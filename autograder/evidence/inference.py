@@ -12,65 +12,23 @@ import math
 
 import numpy as np
 
+from .. import messages as say
 from ..declarations import Mistake
 
 TOL = 1e-3  # how exactly a structure must fit before it is claimed (relative, fp32 inputs)
 
-INFERRED: tuple[Mistake, ...] = (
-    Mistake(id="inferred-softmax-axis", where="softmax.py:softmax",
-            explanation="the weights are normalised along another axis than the keys, so a query's weights do "
-                        "not sum to 1",
-            reread="Article A, 'How the scores become shares'",
-            question='Along which axis do your weights sum to 1, and along which should they?',
-            line='sum\\(|axis'),
-    Mistake(id="inferred-normalised-everything", where="softmax.py:softmax",
-            explanation="the weights are normalised over the whole matrix at once instead of one query's row "
-                        "at a time",
-            reread="Article A, 'How the scores become shares'",
-            question="Does each query's row sum to 1 on its own?",
-            line='sum\\('),
-    Mistake(id="inferred-temperature", where="scaling.py:scaled_scores",
-            explanation="the scores are divided by the wrong amount before softmax, so the weights are too sharp "
-                        "or too flat",
-            reread="Article B, 'Scores, now with a divide'",
-            question='What exactly are the raw scores divided by, and which dimension does that number come from?',
-            line='sqrt|\\*\\*|/'),
-    Mistake(id="inferred-scaled-after-softmax", where="masking.py:attention",
-            explanation="a factor is applied to the weights after softmax, so each query's weights no longer "
-                        "sum to 1; scale the scores, before softmax",
-            reread="Article A, 'How the scores become shares'",
-            question='Is any factor applied to the weights after softmax?',
-            line='softmax\\('),
-    Mistake(id="inferred-mask-pattern", where="masking.py:causal_mask",
-            explanation="the mask lets each query see a different set of keys than the causal rule "
-                        "(query i sees keys j <= n_k - n_q + i)",
-            reread="Article B, 'Causal attention'",
-            question='For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
-            line='<=|>=|<|>|tril|triu'),
-    Mistake(id="inferred-low-precision", where="softmax.py:softmax",
-            explanation="the result is computed in a low-precision float type (float16 or bfloat16) somewhere, "
-                        "and its rounding shows; keep the input's precision",
-            reread="the stub's docstring ('any float dtype')",
-            question='Is any value on its way converted to a smaller float type than it came in?',
-            line='float16|half|bfloat16|astype'),
-    Mistake(id="inferred-layout", where="heads.py:split_heads",
-            explanation="the output holds the right numbers in the wrong arrangement: axes swapped, or a reshape "
-                        "where the axes had to be moved first",
-            reread="Article B, 'Code that matches the hand numbers'",
-            question='Print the shape after every reshape and axis swap: is each axis where the docstring says it is?',
-            line='reshape|swapaxes|transpose|view|permute'),
-    Mistake(id="inferred-no-output-projection", where="module.py:forward",
-            explanation="the output is the heads placed side by side, without the output projection applied",
-            reread="Article B, 'Multi-head attention'",
-            question='After the heads are placed side by side, what is the last step?',
-            line='^\\s*return\\b'),
-    Mistake(id="inferred-cache-contents", where="kv_cache.py:append",
-            explanation="the cache does not hold the keys and values of the positions it should: an entry is "
-                        "written twice, skipped, or holds another tensor",
-            reread="Article B, 'What it costs as the sequence grows'",
-            question='After one call of forward with the cache, how many positions does it hold, and which tensor is in '
-                     'each?',
-            line='\\.append\\(|cache\\.|\\]\\s*='),
+INFERRED: tuple[Mistake, ...] = tuple(  # their words: messages.INFERRED_WORDS
+    Mistake(id=i, where=where, line=line, **say.INFERRED_WORDS[i]) for i, where, line in (
+        ('inferred-softmax-axis', 'softmax.py:softmax', 'sum\\(|axis'),
+        ('inferred-normalised-everything', 'softmax.py:softmax', 'sum\\('),
+        ('inferred-temperature', 'scaling.py:scaled_scores', 'sqrt|\\*\\*|/'),
+        ('inferred-scaled-after-softmax', 'masking.py:attention', 'softmax\\('),
+        ('inferred-mask-pattern', 'masking.py:causal_mask', '<=|>=|<|>|tril|triu'),
+        ('inferred-low-precision', 'softmax.py:softmax', 'float16|half|bfloat16|astype'),
+        ('inferred-layout', 'heads.py:split_heads', 'reshape|swapaxes|transpose|view|permute'),
+        ('inferred-no-output-projection', 'module.py:forward', '^\\s*return\\b'),
+        ('inferred-cache-contents', 'kv_cache.py:append', '\\.append\\(|cache\\.|\\]\\s*='),
+    )
 )
 INFERRED_IDS = {m.id for m in INFERRED}
 
@@ -105,12 +63,10 @@ def normalisation(got, want):
     rows = np.round(g.sum(-1).ravel()[:3], 4).tolist()
     for ax in range(g.ndim - 1):
         if _close(g.sum(ax), 1.0, 1e-5):
-            return ("inferred-softmax-axis", f"the sums that are 1 run along axis {ax} of {g.ndim} (over "
-                    f"{'the queries' if ax == g.ndim - 2 else 'a batch axis'}), while the rows over the keys sum "
-                    f"to {rows}")
+            which = say.READ_AXIS_QUERIES if ax == g.ndim - 2 else say.READ_AXIS_BATCH
+            return "inferred-softmax-axis", say.READ_AXIS.format(axis=ax, ndim=g.ndim, which=which, rows=rows)
     if _close(g.sum(axis=(-2, -1)), 1.0, 1e-5):
-        return ("inferred-normalised-everything", f"on [{g.shape[-2]}, {g.shape[-1]}] scores, all the weights "
-                f"together sum to 1, while each row should: the rows sum to {rows}")
+        return "inferred-normalised-everything", say.READ_EVERYTHING.format(n_q=g.shape[-2], n_k=g.shape[-1], rows=rows)
     return None
 
 
@@ -155,9 +111,9 @@ def temperature(got, want, facts: dict, weights: bool):
     name = _divisor_name(divisor, facts)
     if name is None:
         return None
-    what = "log-weights" if weights else "scores"
-    return ("inferred-temperature", f"your {what} are {a:.4g} times the right ones: the raw scores q.k are divided "
-            f"by {divisor:.4g}, which is {name}, where sqrt(d_k) = {math.sqrt(facts['d_k']):.4g} is right")
+    what = say.READ_LOG_WEIGHTS if weights else say.READ_SCORES
+    return "inferred-temperature", say.READ_TEMPERATURE.format(what=what, factor=a, divisor=divisor, name=name,
+                                                               right=math.sqrt(facts["d_k"]))
 
 
 def after_softmax(got, want):
@@ -170,25 +126,24 @@ def after_softmax(got, want):
     if np.all(np.abs(c - 1) < 1e-2) or np.any(c <= 0) or not _close(g, w * c):  # a real factor, not rounding
         return None
     vals = np.unique(np.round(c.ravel(), 4))[:3].tolist()
-    return ("inferred-scaled-after-softmax", f"each row is the right weights times a constant: the rows sum to "
-            f"{vals} instead of 1")
+    return "inferred-scaled-after-softmax", say.READ_AFTER_SOFTMAX.format(sums=vals)
 
 
 def describe_pattern(allowed: np.ndarray) -> str:
     """The rule a boolean [n_q, n_k] mask follows, in words ('query i sees keys j <= i+1'), or its rows."""
     n_q, n_k = allowed.shape
     if not allowed.any() or allowed.all():  # every offset past the edge gives it: no rule can be read from it
-        return "no query sees any key (all False)" if not allowed.any() else "every query sees every key (all True)"
+        return say.READ_NO_KEY if not allowed.any() else say.READ_EVERY_KEY
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
     for s in range(-n_k, n_k + 1):
         term = f"i{s:+d}" if s else "i"
         for rule, mask in ((f"j <= {term}", j <= i + s), (f"j < {term}", j < i + s),
                            (f"j >= {term}", j >= i + s), (f"j > {term}", j > i + s)):
             if np.array_equal(allowed, mask):
-                return f"query i sees keys {rule}"
+                return say.READ_SEES.format(rule=rule)
     if np.array_equal(allowed, allowed.T) and n_q == n_k:
-        return "a symmetric pattern, rows " + str(allowed.astype(int).tolist())
-    return "rows " + str(allowed.astype(int).tolist())
+        return say.READ_SYMMETRIC + str(allowed.astype(int).tolist())
+    return say.READ_ROWS + str(allowed.astype(int).tolist())
 
 
 def mask_pattern(got, want):
@@ -197,14 +152,14 @@ def mask_pattern(got, want):
     if g.shape != w.shape or g.ndim != 2 or g.dtype != bool or np.array_equal(g, w):
         return None
     n_q, n_k = w.shape
-    right = f"query i sees keys j <= i{n_k - n_q:+d}" if n_k != n_q else "query i sees keys j <= i"
+    right = say.READ_SEES.format(rule=f"j <= i{n_k - n_q:+d}" if n_k != n_q else "j <= i")
     extra = ""
     if n_q == n_k and np.array_equal(g, w.T):
-        extra = " (the transpose of the right mask)"
+        extra = say.READ_TRANSPOSED
     elif np.array_equal(g, ~w):
-        extra = " (the right mask inverted)"
-    return ("inferred-mask-pattern", f"for n_q={n_q}, n_k={n_k} your mask says {describe_pattern(g)}{extra}; the "
-            f"rule is {right}")
+        extra = say.READ_INVERTED
+    return "inferred-mask-pattern", say.READ_MASK.format(n_q=n_q, n_k=n_k, says=describe_pattern(g), extra=extra,
+                                                         right=right)
 
 
 def low_precision(got, want):

@@ -1,6 +1,7 @@
 """What to do next, from the results: the next step (computed once by the grader, kept in Results), the
 blocked-by note and the words for a diagnosis. Renderers (autograder/report) show these; they do not compute
 the next step."""
+from .. import messages as say
 from ..declarations import DEFAULTS_RULE
 from ..evidence.inference import INFERRED_IDS
 from ..outcomes import plain
@@ -9,22 +10,23 @@ from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_
 from .repair import repair_of
 from .sources import deciding_line, def_line, first_stub, rel
 
-STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
+STATUS_WORD = say.STATUS_WORD  # the renderers read it here, beside blocked_note
 
 
 def blocked_note(sr: StageResult, res: Results) -> str:
     """'by softmax (softmax-no-exp)': the blocking stage and what it was diagnosed with."""
     ids = res.stages[sr.blocked_by].diagnoses if sr.blocked_by in res.stages else []
-    return f"by {sr.blocked_by}" + (f" ({', '.join(ids)})" if ids else "")
+    return say.BLOCKED_BY.format(stage=sr.blocked_by) + (say.BLOCKED_IDS.format(ids=", ".join(ids)) if ids else "")
 
 
 def diagnosis_text(diagnosis: str) -> str:
     """The catalogue's words for a diagnosis (two at once for 'a+b'): 'id: explanation (reread section)'."""
     found = mistakes_of(diagnosis)
     if len(found) == 1:
-        return f"{found[0].id}: {found[0].explanation} (reread {found[0].reread})"
-    return (f"{diagnosis}: {len(found)} mistakes at once, and the output matches them together: "
-            + "; and ".join(f"{m.id}, {m.explanation} (reread {m.reread})" for m in found))
+        return say.DIAGNOSIS_ONE.format(id=found[0].id, explanation=found[0].explanation, reread=found[0].reread)
+    return (say.DIAGNOSIS_MANY.format(diagnosis=diagnosis, count=len(found))
+            + say.DIAGNOSIS_MANY_JOIN.join(say.DIAGNOSIS_MANY_EACH.format(id=m.id, explanation=m.explanation,
+                                                                        reread=m.reread) for m in found))
 
 
 def _where(res: Results, stage, first, stub) -> str:
@@ -54,7 +56,8 @@ def located_here(res: Results, stage: str):
 def loc_text(res: Results, loc) -> str:
     """'in causal_mask, at exercises/masking.py:23'"""
     how = f" ({loc.how})" if getattr(loc, "how", "") else ""
-    return f"in {loc.function}, at {rel(res.submission / loc.file)}:{loc.line}{how}"
+    return say.STEP_IN_FUNCTION.format(function=loc.function, where=f"{rel(res.submission / loc.file)}:{loc.line}",
+                                       how=how)
 
 
 def parting_words(loc) -> str | None:
@@ -67,7 +70,7 @@ def repaired(loc) -> str:
     """' Confirmed: with ... on line 14, the failing masking check passes.' where an edit of a copy confirmed the
     parting line's change (feedback/repair.py), else ''."""
     found = repair_of(loc)
-    return f" {found['said'][0].upper()}{found['said'][1:]}." if found else ""
+    return say.STEP_REPAIRED.format(said=found["said"][0].upper() + found["said"][1:]) if found else ""
 
 
 def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
@@ -78,69 +81,68 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
     faults = [(sr.stage, r) for sr in res.stages.values() for r in sr.checks if r.failure and r.failure.environment]
     if faults:  # nothing of the student's can be fixed about it: say what is wrong with the grader's environment
         stages = ", ".join(dict.fromkeys(name for name, _ in faults))
-        return f"stages {stages} were not graded: {faults[0][1].message.removeprefix('not run: ')}"
+        return say.STEP_ENVIRONMENT.format(stages=stages, message=faults[0][1].message.removeprefix("not run: "))
     for s in SHOWN_ORDER:  # the core stages first, whatever their numbers
         if s.bonus and not core_done:
             break
         sr = res.stages.get(s.name)
         if sr is None or sr.status == "passed":
             continue
-        head = f"stage {s.number} ({s.name})"
+        head = say.STEP_STAGE.format(number=s.number, name=s.name)
         if sr.status == "blocked":
-            return f"{head} is blocked {blocked_note(sr, res)}: fix {sr.blocked_by} first (see above)."
+            return say.STEP_BLOCKED.format(head=head, note=blocked_note(sr, res), blocker=sr.blocked_by)
         stub = first_stub(res.snapshot, s.name)
         if sr.status == "not_started":
             missing = [f for f in s.files if res.snapshot.problem(f) == "missing"]
             if missing:
-                return (f"start {head}: {', '.join(rel(res.submission / f) for f in missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} not in the submission; put the starter file back "
-                        "and replace its stub. `make hint` gives a nudge.")
+                return say.STEP_MISSING_FILES.format(head=head, files=", ".join(rel(res.submission / f) for f in missing),
+                                                     verb="is" if len(missing) == 1 else "are")
             where = f"{rel(stub[0])}:{stub[1]}" if stub else rel(res.submission / s.files[0])
-            return f"start {head}: open {where} and replace the stub. `make hint` gives a nudge."
+            return say.STEP_START.format(head=head, where=where)
         first = next(r for r in sr.checks if not r.passed)
         if first.failure == Failure.REFUSED:  # none of the file ran: what to change is the refused line itself
-            return f"fix {head}: {plain(first.message).removeprefix('not run: ')}."
+            return say.STEP_REFUSED.format(head=head, message=plain(first.message).removeprefix("not run: "))
         if first.failure == Failure.TIMEOUT and first.where and first.where.function == "<module>":
-            return (f"fix {head}: {rel(res.submission / first.where.file)} never finished loading: line "
-                    f"{first.where.line}, outside any function, was still running when the time ran out (a loop "
-                    "that never ends?). `make hint` gives a nudge.")
+            return say.STEP_LOADING_HUNG.format(head=head, file=rel(res.submission / first.where.file),
+                                                line=first.where.line)
         off = next((r for r in sr.checks if not r.passed and r.check.rule == DEFAULTS_RULE
                     and r.failure == Failure.WRONG and r.where and r.where.line), None)
         if off is not None:  # a default that is not the contract's: its line, before what it makes go wrong elsewhere
-            return (f"fix {head} at {rel(res.submission / off.where.file)}:{off.where.line}: {plain(off.message)}. "
-                    f"{DEFAULTS_RULE}. `make hint` gives a nudge.")
+            return say.STEP_DEFAULT.format(head=head, where=f"{rel(res.submission / off.where.file)}:{off.where.line}",
+                                           message=plain(off.message), rule=DEFAULTS_RULE)
         loc = located_here(res, s.name)  # the function found wrong on its own, and a line in it
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
             where = loc_text(res, loc) if loc else \
-                "at " + (def_line(res.snapshot, m.where) if m.where else _where(res, s, first, stub))
+                say.STEP_AT.format(where=def_line(res.snapshot, m.where) if m.where else _where(res, s, first, stub))
             named = "" if m.id in INFERRED_IDS else f"{m.id}, "  # an inferred id is the kit's tag: the words alone
-            return f"fix {head} {where}: {named}{m.explanation}.{repaired(loc)} Reread {m.reread}."
+            return say.STEP_DIAGNOSED.format(head=head, where=where, named=named, explanation=m.explanation,
+                                             repaired=repaired(loc), reread=m.reread)
         if loc:  # what went wrong there: an exception (a syntax error, say) or a wrong value
-            what = (f"your code raises {first.error.get('type')} ({plain(str(first.error.get('message', '')))[:160]})"
-                    if first.error else parting_words(loc) or "that function's own output is wrong")
-            return (f"fix {head} {loc_text(res, loc)}: check '{first.check.name}' ({first.check.doc}) fails and "
-                    f"{what}.{repaired(loc)} `make hint` gives a nudge.")
-        where = _where(res, s, first, stub)
-        return f"fix {head}, check '{first.check.name}' ({first.check.doc}), at {where}. `make hint` gives a nudge."
+            what = (say.STEP_RAISES.format(type=first.error.get("type"),
+                                           message=plain(str(first.error.get("message", "")))[:160])
+                    if first.error else parting_words(loc) or say.STEP_OWN_OUTPUT_WRONG)
+            return say.STEP_LOCATED.format(head=head, where=loc_text(res, loc), check=first.check.name,
+                                           doc=first.check.doc, what=what, repaired=repaired(loc))
+        return say.STEP_CHECK.format(head=head, check=first.check.name, doc=first.check.doc,
+                                     where=_where(res, s, first, stub))
     graded = [s for s in STAGES if s.name in res.stages]
     failing = [s for s in STAGES if (statuses or {}).get(s.name, "passed") != "passed" and s.name not in res.stages]
     if failing:
         s = failing[0]
-        return (f"the stages just graded pass; stage {s.number} ({s.name}) is still "
-                f"{STATUS_WORD[statuses[s.name]]}: open {rel(res.submission / s.files[0])} and save it to grade it again.")
+        return say.STEP_STILL_FAILING.format(number=s.number, name=s.name, status=STATUS_WORD[statuses[s.name]],
+                                             file=rel(res.submission / s.files[0]))
     if len(graded) < len(STAGES) and statuses is None:  # `make grade STAGE=...`: what comes next, not "submit"
         later = [s for s in STAGES if s.number > graded[-1].number and (not s.bonus or graded[-1].bonus)]
         these = ", ".join(s.name for s in graded)
-        after = (f" Next: stage {later[0].number} ({later[0].name}), `make grade STAGE={later[0].name}`."
-                 if later else "")
-        return f"{these} {'passes' if len(graded) == 1 else 'pass'}.{after} Run `make grade` to see the whole kit."
+        after = say.STEP_NEXT_STAGE.format(number=later[0].number, name=later[0].name) if later else ""
+        return say.STEP_SOME_PASS.format(these=these, verb="passes" if len(graded) == 1 else "pass", after=after)
     if not core_done:
-        return f"the core stages pass.{SUBMIT} The bonus stages ({numbers(BONUS)}) are there if you want more."
-    return f"every stage passes.{SUBMIT}"
+        return say.STEP_CORE_PASS.format(numbers=numbers(BONUS))
+    return say.STEP_ALL_PASS
 
 
-SUBMIT = " Run `make submit` to package your work."
+SUBMIT = say.SUBMIT
 
 
 def handed_in(step: str) -> str:

@@ -9,6 +9,7 @@ article section.
 import json
 from pathlib import Path
 
+from .. import messages as say
 from ..sandbox.safe_files import take
 from ..stages import BY_NAME, CATALOGUE, HINTS, STAGES
 from .hint_ladders import ladder as ladder_of
@@ -58,8 +59,8 @@ def edit_rung(submission: Path, stage: str) -> list[str]:
     if not isinstance(found, dict) or not {"file", "line", "before", "after", "said"} <= set(found):
         return []
     after = "; ".join(part.strip() for part in str(found["after"]).splitlines())  # a copy's line added: one line
-    return [f"In {found['file']}, line {found['line']}, change `{found['before']}` to `{after}` "
-            f"({found['said']})."]
+    return [say.HINT_EDIT.format(file=found["file"], line=found["line"], before=found["before"], after=after,
+                                 said=found["said"])]
 
 
 def first_unfinished(submission: Path) -> str | None:
@@ -103,9 +104,9 @@ def upcoming(submission: Path, stage: str, diagnoses: list[str] | None = None) -
 def next_hint(submission: Path, stage: str | None = None) -> str:
     stage = stage or first_unfinished(submission)
     if stage is None:
-        return "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
+        return say.HINT_NONE_NEEDED
     if stage not in BY_NAME:
-        raise ValueError(f"unknown stage {stage}; stages: {', '.join(BY_NAME)}")
+        raise ValueError(say.HINT_UNKNOWN_STAGE.format(stage=stage, stages=", ".join(BY_NAME)))
     hint = upcoming(submission, stage)
     path = _state_path(submission)
     state = _load(path)
@@ -113,13 +114,14 @@ def next_hint(submission: Path, stage: str | None = None) -> str:
     if hint["mistake"]:  # climb that mistake's ladder
         state.setdefault("diagnosis_rungs", {})[hint["mistake"]] = rung
         _save(path, state)
-        more = "run `make hint` again for the stage's general hints" if last else "run `make hint` again for the next one"
-        return (f"Hint {rung}/{hint['of']} for stage {BY_NAME[stage].number} ({stage}), about the mistake your "
-                f"last run named, {hint['mistake']}:\n  {hint['text']}\n({more})")
+        more = say.HINT_MORE_GENERAL if last else say.HINT_MORE
+        return say.HINT_FOR_MISTAKE.format(rung=rung, of=hint["of"], number=BY_NAME[stage].number, stage=stage,
+                                           mistake=hint["mistake"], text=hint["text"], more=more)
     state[stage] = rung
     _save(path, state)
-    more = "that was the last hint" if last else "run `make hint` again for the next one"
-    return f"Hint {rung}/{hint['of']} for stage {BY_NAME[stage].number} ({stage}):\n  {hint['text']}\n({more})"
+    more = say.HINT_LAST if last else say.HINT_MORE
+    return say.HINT_FOR_STAGE.format(rung=rung, of=hint["of"], number=BY_NAME[stage].number, stage=stage,
+                                     text=hint["text"], more=more)
 
 
 def _load(path: Path) -> dict:

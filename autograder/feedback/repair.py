@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import messages as say
 from ..sandbox.safe_files import Snapshot
 
 MAX_RERUNS = 2  # edits tried per grade
@@ -55,26 +56,26 @@ def _mask_edits(code: str, words: str) -> list[tuple[str, str]]:
     out = []
     if "inverted" in words:
         if (new := _sub_once(r"~\s*(?=[A-Za-z_(])", "", code)) is not None:
-            out.append((new, "the mask's `~` removed"))
+            out.append((new, say.EDIT_NOT_REMOVED))
         elif (new := _sub_once(r"((?:masked_fill|where)\(\s*|attn_mask\s*=\s*)(?=[A-Za-z_])", r"\1~", code)):
-            out.append((new, "the mask inverted (`~` added)"))
+            out.append((new, say.EDIT_INVERTED))
         if (new := _comparisons(code, FLIP)) is not None:
-            out.append((new, "the mask's comparison reversed"))
+            out.append((new, say.EDIT_REVERSED))
     elif "transposed" in words:
         swap = {"tril": "triu", "triu": "tril"}
         new = _sub_once(r"\b(tril|triu)\b", lambda m: swap[m.group(1)], code)
         if new is not None:
             new = re.sub(r"\b(diagonal|k)\s*=\s*(\w+)\s*-\s*(\w+)", r"\1=\3 - \2", new)
-            out.append((new, "tril for triu (the mask built per row)" if "tril(" in new else "triu for tril"))
+            out.append((new, say.EDIT_TRIL if "tril(" in new else say.EDIT_TRIU))
         elif (new := _comparisons(code, MIRROR)) is not None:
-            out.append((new, "the mask's comparison read per row"))
+            out.append((new, say.EDIT_PER_ROW))
     elif "shifted one diagonal" in words:
         shift = -1 if "next key" in words else 1
         new = _sub_once(r"\b(diagonal|k)\s*=\s*(-?\d+)\b", lambda m: f"{m.group(1)}={int(m.group(2)) + shift}", code)
         if new is not None:
-            out.append((new, f"the diagonal moved by {shift:+d}"))
+            out.append((new, say.EDIT_DIAGONAL.format(shift=shift)))
         elif (new := _comparisons(code, {"<=": "<", "<": "<=", ">=": ">", ">": ">="})) is not None:
-            out.append((new, "the mask's comparison made strict" if shift < 0 else "the equal case let in"))
+            out.append((new, say.EDIT_STRICT if shift < 0 else say.EDIT_EQUAL_IN))
     return out
 
 
@@ -86,16 +87,16 @@ def derive(text: str, words: str, line: int, torch: bool = False, params: tuple[
     if "instead of the last" in words:  # a reduction over another axis: the function's own axis, else -1
         m = re.search(r"\b(?:axis|dim)\s*=\s*(-?\d+)\b", code)
         if m and m.group(1) != "-1":
-            own = [f"the function's own `{p}`" for p in params if p in ("axis", "dim")][:1]
+            own = [say.EDIT_OWN_AXIS.format(param=p) for p in params if p in ("axis", "dim")][:1]
             for target in [p for p in params if p in ("axis", "dim")][:1] + ["-1"]:
                 what = own[0] if target != "-1" else "-1"
-                found.append((code[:m.start(1)] + target + code[m.end(1):], f"the axis argument changed back to {what}"))
+                found.append((code[:m.start(1)] + target + code[m.end(1):], say.EDIT_AXIS_BACK.format(what=what)))
     elif any(k in words for k in ("mask inverted", "mask transposed", "shifted one diagonal", "attn_mask inverted")):
         found += _mask_edits(code, words)
     elif "sets neither is_causal nor attn_mask" in words:
         new = _sub_once(r"\)(\s*)$", r", is_causal=True)\1", code)
         if new is not None and "scaled_dot_product_attention(" in new:
-            found.append((new, "is_causal=True added to the call"))
+            found.append((new, say.EDIT_IS_CAUSAL))
     elif (m := re.search(r"holds the reference's (\w+) where its (\w+) belongs", words)):
         wrong, right = m.group(1), m.group(2)
         lhs, eq, rhs = code.partition("=")
@@ -103,16 +104,16 @@ def derive(text: str, words: str, line: int, torch: bool = False, params: tuple[
         if hit:
             was = hit.group(0)
             now = (hit.group(1) or "") + right
-            found.append((lhs + eq + rhs[:hit.start()] + now + rhs[hit.end():], f"the operand `{now}` where `{was}` was"))
+            found.append((lhs + eq + rhs[:hit.start()] + now + rhs[hit.end():], say.EDIT_OPERAND.format(now=now, was=was)))
     elif "divided by d_k = " in words and "instead of sqrt(d_k)" in words:
         new = _sub_once(r"/\s*(\w+(?:\.shape\[-1\])?)(?!\s*\*\*)", r"/ \1 ** 0.5", code)
         if new is not None:
-            found.append((new, "the division by the square root of d_k"))
+            found.append((new, say.EDIT_SQRT))
     elif (m := re.search(r"writes into `(\w+)`", words)):
         name = m.group(1)
         indent = code[:len(code) - len(code.lstrip())]
         copy = f"{name}.clone()" if torch else f"{name}.copy()"
-        found.append((f"{indent}{name} = {copy}\n{code.rstrip()}", f"a copy of `{name}` made before the write"))
+        found.append((f"{indent}{name} = {copy}\n{code.rstrip()}", say.EDIT_COPY.format(name=name)))
     gap = code[len(code.rstrip()):]
     return [Edit(line, text.rstrip("\n"), (new.rstrip() + (gap + comment if comment else "")).rstrip(), what)
             for new, what in found]
@@ -198,8 +199,8 @@ def confirm(loc, stage, failing: list, ctx, worker_kw: dict, torch: bool = False
         copy = _copy_with(ctx.snapshot, loc.file, edit)
         if passes(copy, failing, ctx, worker_kw, deadline):
             n = len(failing)
-            said = (f"confirmed: with {edit.words} on line {edit.line}, "
-                    + (f"the failing {stage} check passes" if n == 1 else f"all {n} failing {stage} checks pass"))
+            now = say.CONFIRMED_ONE.format(stage=stage) if n == 1 else say.CONFIRMED_ALL.format(count=n, stage=stage)
+            said = say.CONFIRMED.format(words=edit.words, line=edit.line, passes=now)
             found = {"file": loc.file, "line": edit.line, "before": edit.before.strip(),
                      "after": edit.after.strip(), "words": edit.words, "said": said}
             _relation_step(loc)["repair"] = found

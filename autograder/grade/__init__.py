@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import messages as say
 from ..api import Context, ReferenceAPI, StudentAPI
 from ..declarations import Check
 from ..feedback import localise, repair
@@ -72,21 +73,19 @@ def mistake_where(diagnosis: str, snap: Snapshot) -> Where | None:
 
 
 def describe_error(error: dict, snap: Snapshot, stage: str | None = None) -> str:
-    where = f" at {rel(snap.path(error['file']))}:{error['line']}" if error.get("file") else ""
+    where = say.ERROR_AT.format(where=f"{rel(snap.path(error['file']))}:{error['line']}") if error.get("file") else ""
     origin, first = stage_of_file(error.get("file")), error.get("entry")
     if stage and origin and error.get("file") not in BY_NAME[stage].files and first and first["file"] != error["file"]:
         # raised in an earlier stage's code that this stage's function called: say both
-        where += (f", in stage {BY_NAME[origin].number} ({origin})'s code, called from your {first['function']} "
-                  f"at {rel(snap.path(first['file']))}:{first['line']}")
+        where += say.ERROR_CALLED_FROM.format(number=BY_NAME[origin].number, stage=origin, function=first["function"],
+                                              where=f"{rel(snap.path(first['file']))}:{first['line']}")
     if error["type"] == NIE:
-        return f"not implemented yet{where} ({error['message']})"
+        return say.ERROR_NOT_IMPLEMENTED.format(where=where, message=error["message"])
     if error["type"] == "ContractError":
-        return f"does not follow the contract: {error['message']}"
+        return say.ERROR_CONTRACT.format(message=error["message"])
     if error.get("in_grader"):
-        return (f"the grader could not use your objects: {error['type']}: {error['message']} (raised in the "
-                "grader's own code while using them, not on a line of yours; check the names and types the "
-                "docstring asks for)")
-    return f"raised {error['type']}: {error['message']}{where}"
+        return say.ERROR_IN_GRADER.format(type=error["type"], message=error["message"])
+    return say.ERROR_RAISED.format(type=error["type"], message=error["message"], where=where)
 
 
 def syntax_error_of(snap: Snapshot, file: str) -> dict | None:
@@ -103,7 +102,8 @@ def syntax_error_of(snap: Snapshot, file: str) -> dict | None:
     if found is None:
         return None
     kind, msg, line = found
-    return {"type": kind, "message": f"{msg} ({file}, line {line})", "file": file, "line": line}
+    return {"type": kind, "message": say.SYNTAX_ERROR_WHERE.format(message=msg, file=file, line=line), "file": file,
+            "line": line}
 
 
 def refused_why(snap: Snapshot, file: str) -> str | None:
@@ -185,8 +185,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
             # code (this stage is blocked by that one, graded on its own). A module whose body never finished loading
             # is not loaded again (Worker._refuse_hung): the checks that need it are not run, the others are
             if stopped >= ABORTS_PER_STAGE or (origin and origin != stage and not loading):
-                aborted = f"an earlier check of this stage did not finish ({said})"
-            results.append(failed(c, f"your code did not finish: {said}",
+                aborted = say.CHECK_ABORTED.format(said=said)
+            results.append(failed(c, say.CHECK_DID_NOT_FINISH.format(said=said),
                                   Failure.TIMEOUT if isinstance(e, StudentTimeout) else Failure.CRASH,
                                   where=Where(site[0], site[2], site[1]) if site else None, called=tuple(api.called),
                                   origin=origin))
@@ -202,7 +202,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
             raise
         except Exception as e:
             if not check_at_fault(c, ctx, e):  # an odd value the student returned, which the check could not read
-                results.append(failed(c, f"could not read your result: {type(e).__name__}: {e}", Failure.UNREADABLE))
+                results.append(failed(c, say.CHECK_UNREADABLE.format(type=type(e).__name__, error=e),
+                                      Failure.UNREADABLE))
             elif os.environ.get(STRICT):  # the project's tests: a fault in a check fails loudly
                 raise GraderBug(f"check {c.id} raised {type(e).__name__}: {e}") from e
             else:
@@ -216,9 +217,7 @@ STRICT = "ATTN_GRADER_STRICT"  # set by tests/conftest.py
 
 def environment_message(what: str) -> str:
     """What a student reads when the grader's environment, not their code, kept checks from running."""
-    return (f"not run: the grader's environment could not run your code: {what}. This is not a problem with your "
-            "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
-            "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
+    return say.ENVIRONMENT.format(what=what)
 
 
 def failed(check: Check, message: str, failure: Failure, **kw) -> CheckResult:
@@ -321,7 +320,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
                     return
                 except (StudentError, StudentAborted, GraderEnvironment) as e:
                     why = environment_message(str(e) if isinstance(e, GraderEnvironment) else
-                                              f"torch could not be loaded in the child ({e})")
+                                              say.NO_TORCH.format(error=e))
                     for name in names:
                         found[name] = none_run(name, why, Failure.NO_TORCH)
                     return

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import KIT_VERSION
+from .. import messages as say
 from ..api import Context, ReplayAPI
 from ..declarations import Check
 from ..feedback.sources import reached_files
@@ -78,10 +79,9 @@ def grader_fault(c: Check, error: Exception) -> str:
         where = Path(frame.filename).resolve().relative_to(Path(__file__).resolve().parents[2]) if frame else None
     except ValueError:
         where = Path(frame.filename).name
-    place = f" at the kit's {where}:{frame.lineno}" if frame else ""
-    return (f"the grader's own check {c.id} failed ({type(error).__name__}: {error}{place}). This is a bug in the "
-            f"kit, not in your code, and it costs you no points. Please report it to your course staff with "
-            f"this line and the kit version ({KIT_VERSION}).")
+    place = say.GRADER_FAULT_PLACE.format(where=where, line=frame.lineno) if frame else ""
+    return say.GRADER_FAULT.format(check=c.id, type=type(error).__name__, error=error, place=place,
+                                   version=KIT_VERSION)
 
 
 def root_of(stage: str, stages: dict[str, StageResult], reached: set[str] | None = None) -> str:

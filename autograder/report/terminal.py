@@ -1,5 +1,6 @@
 """The terminal report: the stage table, the failing checks with their diagnoses, the next step."""
-from ..feedback.advice import STATUS_WORD, blocked_note
+from .. import messages as say
+from ..feedback.advice import blocked_note
 from ..feedback.sources import rel
 from ..outcomes import plain
 from ..results import Results, StageResult, StageStatus
@@ -16,38 +17,39 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         return f"\033[{code}m{text}\033[0m" if color else text
 
     colors = {"passed": "32", "failed": "31", "not_started": "90", "blocked": "33"}
-    lines = [f"Grading {rel(res.submission)}  (seed {res.seed})", ""]
-    lines.append(f"  {'#':>2}  {'stage':<13} {'points':>11}  status")
+    lines = [say.REPORT_HEADING.format(submission=rel(res.submission), seed=res.seed), ""]
+    stage, points, status = say.REPORT_COLUMNS
+    lines.append(f"  {'#':>2}  {stage:<13} {points:>11}  {status}")
     for s in SHOWN_ORDER:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
         if s is BONUS[0]:
-            lines.append("      bonus stages")
-        status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
+            lines.append("      " + say.REPORT_BONUS_HEADING)
+        status = say.STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
         n_pass = sum(r.passed for r in sr.checks)
         pts = f"{_num(sr.score)}/{_num(sr.max_score)}"
         lines.append(f"  {s.number:>2}  {s.name:<13} {pts:>11}  {c(colors[sr.status], status)}"
-                     f"  ({n_pass}/{len(sr.checks)} checks)")
+                     + say.REPORT_CHECKS.format(passed=n_pass, total=len(sr.checks)))
     core = [s for s in SHOWN_ORDER if s.name in res.stages and not s.bonus]
     bonus = [s for s in SHOWN_ORDER if s.name in res.stages and s.bonus]
     if core:
-        lines.append(f"      {'total':<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
+        lines.append(f"      {say.REPORT_TOTAL:<13} {_num(res.score) + '/' + _num(res.max_score):>11}")
     if bonus and BONUS_POLICY == "folded":  # the course counts them: the total the autograder gives
-        lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}")
-        lines.append(f"      {'with bonus':<13} "
+        lines.append(f"      {say.REPORT_BONUS:<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}")
+        lines.append(f"      {say.REPORT_WITH_BONUS:<13} "
                      f"{_num(res.score + res.bonus_score) + '/' + _num(res.max_score + res.bonus_max_score):>11}"
-                     "  (your course counts the bonus stages in the total)")
+                     + say.REPORT_BONUS_FOLDED)
     elif bonus:
-        lines.append(f"      {'bonus':<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
-                     "  (apart from the core points)")
+        lines.append(f"      {say.REPORT_BONUS:<13} {_num(res.bonus_score) + '/' + _num(res.bonus_max_score):>11}"
+                     + say.REPORT_BONUS_APART)
     twins = [r for sr in res.stages.values() for r in sr.checks if r.check.twin]
     if twins:  # twins count here as the autograder counts them, marked as such
         failing = [r for r in twins if not r.passed]
-        lines.append(f"      ({_num(sum(r.check.points for r in twins))} of these points are twins: {len(twins)} checks "
-                     "the autograder runs on inputs you have not seen, run here on fixed inputs and counted as it "
-                     "counts them" + (f"; {len(failing)} fail, {_num(sum(r.check.points for r in failing))} points)"
-                                      if failing else "; all pass)"))
+        tail = (say.REPORT_TWINS_FAILING.format(count=len(failing), points=_num(sum(r.check.points for r in failing)))
+                if failing else say.REPORT_TWINS_PASS)
+        lines.append("      " + say.REPORT_TWINS.format(points=_num(sum(r.check.points for r in twins)),
+                                                        count=len(twins), tail=tail))
     notes = [(sr.stage, r.note) for sr in res.stages.values() for r in sr.checks if r.note]
     if notes:
         lines.append("")
@@ -56,16 +58,15 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
         lines.extend(failure_lines(sr, res, verbose, c))
     faults = [r for sr in res.stages.values() for r in sr.checks if r.forgiven]
     if faults:
-        lines += ["", c("1", "The kit's own checks failed (not your code; counted as passed):")]
+        lines += ["", c("1", say.REPORT_KIT_FAULTS)]
         lines.extend(f"  ! {r.message}" for r in faults)
     if res.ignored_note:
         lines += ["", res.ignored_note]
     if res.protections_off:
-        lines += ["", "Sandbox protections this machine turns off or weakens (on your own machine only your own "
-                  "work is at risk; the course's grader runs with all of them):"]
+        lines += ["", say.REPORT_PROTECTIONS_OFF]
         lines.extend(f"  - {note}" for note in res.protections_off)
     first, *rest = text_lines(res.next_step, MESSAGE_LINES) or [""]
-    lines += ["", c("1", "Next step: ") + first, *(f"    {line}" for line in rest)]
+    lines += ["", c("1", say.REPORT_NEXT_STEP) + first, *(f"    {line}" for line in rest)]
     return "\n".join(lines)
 
 
@@ -78,7 +79,7 @@ def text_lines(text: str, limit: int | None) -> list[str]:
     where it would read as the report's), `limit` lines at most (None: all)."""
     lines = [line for line in plain(text).splitlines() if line.strip()]
     if limit is not None and len(lines) > limit:
-        lines = lines[:limit] + [f"... {len(lines) - limit} more lines (`make grade V=1` shows them)"]
+        lines = lines[:limit] + [say.REPORT_MORE_LINES.format(count=len(lines) - limit)]
     return lines
 
 
@@ -96,9 +97,9 @@ def printed_lines(output: str, limit: int | None) -> list[str]:
         return []
     lines = output.splitlines()
     shown = lines if limit is None else lines[:limit]
-    out = ["      your code printed (stdout and stderr, during this check):"] + [f"      | {line}" for line in shown]
+    out = ["      " + say.REPORT_PRINTED] + [f"      | {line}" for line in shown]
     if len(shown) < len(lines):
-        out.append(f"      | ... {len(lines) - len(shown)} more lines (`make grade V=1` shows them)")
+        out.append("      | " + say.REPORT_MORE_LINES.format(count=len(lines) - len(shown)))
     return out
 
 
@@ -109,7 +110,8 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain,
     out = []
     for d in sr.diagnoses:
         m = CATALOGUE[d]
-        out.append(f"  {c('1', 'Diagnosis ' + m.id)}: {m.explanation}. Reread {m.reread}.")
+        out.append(f"  {c('1', say.REPORT_DIAGNOSIS.format(id=m.id))}"
+                   + say.REPORT_DIAGNOSIS_TAIL.format(explanation=m.explanation, reread=m.reread))
     shown = 0
     for r in sorted(sr.checks, key=lambda r: r.diagnosis is None):
         if r.passed or r.forgiven:
@@ -118,7 +120,7 @@ def failure_details(sr: StageResult, verbose: bool, c=_plain,
             continue
         shown += 1
         diag = f" [{r.diagnosis}]" if r.diagnosis else ""
-        cite = f" (reread {r.check.cite})" if r.check.cite else ""
+        cite = say.REPORT_CHECK_CITE.format(cite=r.check.cite) if r.check.cite else ""
         out.append(f"  x {r.check.name}{diag}: {r.check.doc}{cite}")
         out.extend(f"      {line}" for line in text_lines(r.message, None if verbose else MESSAGE_LINES))
         out.extend(printed_lines(r.output, None if verbose else printed))
@@ -131,11 +133,11 @@ def failure_lines(sr: StageResult, res: Results, verbose: bool, c=_plain) -> lis
     """A heading for a stage that did not pass, then its failure_details."""
     if not shows_failures(sr, verbose):
         return []
-    out = ["", c("1", f"{sr.stage}: {STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
+    out = ["", c("1", f"{sr.stage}: {say.STATUS_WORD[sr.status]}" + (" " + blocked_note(sr, res) if sr.blocked_by else ""))]
     details, rest = failure_details(sr, verbose, c)
     out += details
     if rest > 0:
-        out.append(f"  ... and {rest} more failing check{'' if rest == 1 else 's'} (`make grade V=1` shows them all)")
+        out.append(say.report_more_failing(rest))
     return out
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import messages as say
 from ..declarations import WORKED_RULE, Check
 from ..evidence.compare import check_printed, check_within, variance_stderr
 
@@ -260,13 +261,14 @@ def as_check(w: Worked, points: float) -> Check:
 
     def fn(api, ctx):
         got = w.compute(api)
-        what = f"{w.quantity} (Article {w.article}, '{w.section}')"
+        what = say.WORKED_WHAT.format(quantity=w.quantity, article=w.article, section=w.section)
         if isinstance(w.precision, dict):
             check_within(got, w.expected, w.precision["sampling_error"], what)
         else:
             check_printed(got, w.expected, w.precision, what)
 
     fn.__name__ = "worked_" + w.id.replace("-", "_").lower()
-    return Check(w.stage, fn.__name__, points, "worked", "public", fn, doc=f"Article {w.article}, {w.section}: {w.quantity}",
-                 cite=f"Article {w.article}, '{w.section}'", worked_id=w.id, rule=WORKED_RULE)
+    return Check(w.stage, fn.__name__, points, "worked", "public", fn,
+                 doc=say.WORKED_TITLE.format(article=w.article, section=w.section, quantity=w.quantity),
+                 cite=say.WORKED_CITE.format(article=w.article, section=w.section), worked_id=w.id, rule=WORKED_RULE)
 assert len(BY_ID) == len(WORKED), "worked ids must be unique"

@@ -3,6 +3,7 @@ import functools
 
 import numpy as np
 
+from .. import messages as say
 from ..outcomes import Fail, StudentError
 
 
@@ -29,10 +30,10 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
             return RAISED
         if e.info["type"] == "NotImplementedError":
             raise
-        raise Fail(f"{what} raised {e.info['type']}: {e.info['message']}; expected ValueError") from None
+        raise Fail(say.RAISES_OTHER.format(what=what, type=e.info["type"], message=e.info["message"])) from None
     if returned_ok:
         return got
-    raise Fail(f"{what} returned {np.asarray(got).tolist()} instead of raising ValueError")
+    raise Fail(say.RAISES_NOT.format(what=what, got=np.asarray(got).tolist()))
 
 
 def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
@@ -41,7 +42,7 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     stage's functions returned: a stub that returns nothing earns nothing here. The source is the grading
     child's own (`worker_snapshot`: the grade's snapshot, the bytes the child runs)."""
     if written is None or (isinstance(written, tuple) and any(w is None for w in written)):
-        raise Fail("the stage's functions return None: write them first (their defaults count then)")
+        raise Fail(say.DEFAULTS_NOT_WRITTEN)
     from ..sandbox.static_check import readable_default, same_default, source_defaults
 
     for target, defaults in want.items():
@@ -49,17 +50,15 @@ def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
         # read from the source (never from the running object, whose signature the submission could forge)
         got = source_defaults(worker_snapshot(api).read_bytes(f"{module}.py"), name)
         if got is None:
-            raise Fail(f"{module}.py has no `def {name}` or `class {name}` at its top level that the name still "
-                       "holds (not rebound by an assignment or import): the defaults are read from that definition")
+            raise Fail(say.DEFAULTS_NO_DEF.format(module=module, name=name))
         bad = {k: got.get(k, "no default") for k, v in defaults.items() if k not in got or not same_default(got[k], v)}
         if bad:
             name = target.split(":")[1]
             unread = [k for k, v in bad.items() if k in got and not readable_default(v)]
-            said = (f" ({', '.join(unread)}: written in a way the grader does not read as a value; write the value "
-                    "itself, or a module constant holding it)" if unread else "")
+            said = say.DEFAULTS_UNREAD.format(names=", ".join(unread)) if unread else ""
             line = parameter_line(worker_snapshot(api).read_bytes(f"{module}.py"), name, next(iter(bad)))
-            raise Fail(f"{name}: the defaults {', '.join(f'{k}={v}' for k, v in bad.items())} are not the "
-                       f"contract's {', '.join(f'{k}={defaults[k]}' for k in bad)}{said}",
+            raise Fail(say.DEFAULTS_DIFFER.format(name=name, got=", ".join(f"{k}={v}" for k, v in bad.items()),
+                                                  want=", ".join(f"{k}={defaults[k]}" for k in bad), unread=said),
                        place=(f"{module}.py", name, line) if line else None)
 
 
@@ -85,7 +84,7 @@ def require_nontrivial(out_a, out_b, what: str) -> None:
     changes when the input does, so a hard-coded or all-zero answer earns nothing here."""
     a, b = np.asarray(out_a, dtype=float), np.asarray(out_b, dtype=float)
     if a.shape == b.shape and np.allclose(a, b):
-        raise Fail(f"{what} gave the same output for two different inputs: it ignores its input")
+        raise Fail(say.IGNORES_INPUT.format(what=what))
 
 
 _BASELINE: dict = {}  # (what, forked children?, arguments, grader's size) -> peak bytes of a child running its own code

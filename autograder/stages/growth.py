@@ -7,6 +7,7 @@ doubles, one that keeps one about 4x, and one that changes its algorithm at some
 import math
 from dataclasses import dataclass
 
+from .. import messages as say
 from ..child.policy import container_memory
 from .common import imported_libraries, worker_snapshot
 
@@ -78,10 +79,9 @@ def describe(g: Growth, name: str = "T") -> str:
     sizes = ", ".join(f"{n:,}" for n in g.sizes)
     mem = ", ".join(mib(m) for m in g.memory)
     added = ", ".join(mib(max(a, 0)) for a in g.added)
-    steps = ", then ".join(f"{x:.1f}x" for x in g.per_doubling())
-    return (f"at {name} = {sizes} the call's memory (its inputs and output, plus what the call itself added or touched "
-            f"beyond the grader's own code: {added} MiB) was {mem} MiB: it grew {steps} per doubling of {name} (fitted "
-            f"exponent {g.exponent():.2f}; a step counts once the call adds more than {mib(NOISE_BYTES)} MiB)")
+    steps = say.GROWTH_THEN.join(f"{x:.1f}x" for x in g.per_doubling())
+    return say.GROWTH_DESCRIBED.format(name=name, sizes=sizes, added=added, memory=mem, steps=steps,
+                                       exponent=g.exponent(), noise=mib(NOISE_BYTES))
 
 
 def verdict(g: Growth, name: str = "T") -> str | None:
@@ -92,14 +92,12 @@ def verdict(g: Growth, name: str = "T") -> str | None:
     step = g.per_doubling()[i]
     a, b = g.sizes[i], g.sizes[i + 1]
     if step > MAX_GROWTH:
-        why = (f"your call's memory grew {step:.1f}x when {name} doubled (between {name} = {a:,} and {b:,}); "
-               f"without {_a(name)} {name} x {name} matrix it grows 2x")
+        why = say.GROWTH_TOO_FAST.format(step=step, name=name, a=a, b=b, article=_a(name))
     else:
-        why = (f"your call's memory fell from {mib(g.memory[i])} MiB at {name} = {a:,} to {mib(g.memory[i + 1])} "
-               f"MiB at {b:,}: at the shorter length it kept memory that grows faster than {name} * d ({_a(name)} "
-               f"{name} x {name} matrix), which a longer length did not show")
-    return (f"{why}. One call raised peak memory by (or touched) {', '.join(mib(max(x, 0)) for x in g.added)} MiB more "
-            f"than the grader's own; {describe(g, name)}")
+        why = say.GROWTH_FELL.format(before=mib(g.memory[i]), name=name, a=a, after=mib(g.memory[i + 1]), b=b,
+                                     article=_a(name))
+    return say.GROWTH_VERDICT.format(why=why, added=", ".join(mib(max(x, 0)) for x in g.added),
+                                     described=describe(g, name))
 
 
 def _loads(api, reads: tuple) -> tuple:

@@ -1,0 +1,270 @@
+"""Every kit-wide sentence a student can see, in one place: the report's fixed wording, the next step, the hint
+ladders' frames, the verdicts' and the grader's own words. A stage's own text (its checks' `Fail` strings, its
+mistakes' explanations, hints and rule sentences) stays in its declaration, `autograder/stages/<stage>.py`.
+
+A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it.
+Templates are `str.format` strings named for where they show (`{name}` is a value the caller fills in); a few
+that choose their words by a count are small functions. `tests/test_messages.py` walks what the grader prints for
+the stubs, the solutions and every catalogued mutant, and fails on a sentence that comes from neither here nor a
+stage module. To find a sentence: grep this file for a few of its words.
+"""
+
+# ---- the kit-wide rules, written in the student README (autograder/instructor/build.py) word for word ----------------
+# A check names the sentence it enforces (declarations.Check.rule): the first and last for worked and reference
+# checks unless it names its own. INPUTS_RULE is checked around every call of student code
+# (autograder/child/invariants.py, api.StudentAPI).
+WORKED_RULE = "Every number the two articles print about a calculation is checked, at the precision the article prints it"
+INPUTS_RULE = "Your functions leave the arrays and tensors they are given as they were"
+DEFAULTS_RULE = "Default argument values are part of the contract: keep the defaults of the stubs' signatures"
+REFERENCE_RULE = ("Each function must match a hidden reference implementation within rtol=1e-4, atol=1e-5 on "
+                  "random inputs of every shape its docstring allows")
+
+# ---- a stage's status, and what blocks it (terminal, watch screen, HTML, Gradescope, notebook cells) ----------------
+STATUS_WORD = {"passed": "passed", "failed": "failed", "not_started": "not started", "blocked": "blocked"}
+BLOCKED_BY = "by {stage}"  # 'blocked by softmax', then the blocking stage's diagnoses in brackets
+BLOCKED_IDS = " ({ids})"
+
+# ---- the terminal report (report/terminal.py) -----------------------------------------------------------------------
+REPORT_HEADING = "Grading {submission}  (seed {seed})"
+REPORT_COLUMNS = "stage", "points", "status"  # the stage table's column heads ('#' before them)
+REPORT_BONUS_HEADING = "bonus stages"
+REPORT_CHECKS = "  ({passed}/{total} checks)"
+REPORT_TOTAL, REPORT_BONUS, REPORT_WITH_BONUS = "total", "bonus", "with bonus"
+REPORT_BONUS_FOLDED = "  (your course counts the bonus stages in the total)"
+REPORT_BONUS_APART = "  (apart from the core points)"
+REPORT_TWINS = ("({points} of these points are twins: {count} checks the autograder runs on inputs you have not seen, "
+                "run here on fixed inputs and counted as it counts them{tail})")
+REPORT_TWINS_FAILING = "; {count} fail, {points} points"
+REPORT_TWINS_PASS = "; all pass"
+REPORT_KIT_FAULTS = "The kit's own checks failed (not your code; counted as passed):"
+REPORT_PROTECTIONS_OFF = ("Sandbox protections this machine turns off or weakens (on your own machine only your own "
+                          "work is at risk; the course's grader runs with all of them):")
+REPORT_NEXT_STEP = "Next step: "
+REPORT_DIAGNOSIS = "Diagnosis {id}"
+REPORT_DIAGNOSIS_TAIL = ": {explanation}. Reread {reread}."
+REPORT_CHECK_CITE = " (reread {cite})"
+REPORT_PRINTED = "your code printed (stdout and stderr, during this check):"
+REPORT_MORE_LINES = "... {count} more lines (`make grade V=1` shows them)"
+
+
+def report_more_failing(count: int) -> str:
+    """The line under a stage whose failing checks are not all listed."""
+    checks = "check" if count == 1 else "checks"
+    return f"  ... and {count} more failing {checks} (`make grade V=1` shows them all)"
+
+
+# ---- the graded record's own sentences (results.py) -----------------------------------------------------------------
+IGNORED_FILES = ("Ignored (not stage modules, never run): {files}. Only the stage modules are graded; put helpers "
+                 "inside them.")
+
+# ---- the words for a diagnosis (feedback/advice.py: Gradescope, notebook cells) -------------------------------------
+DIAGNOSIS_ONE = "{id}: {explanation} (reread {reread})"
+DIAGNOSIS_MANY = "{diagnosis}: {count} mistakes at once, and the output matches them together: "
+DIAGNOSIS_MANY_EACH = "{id}, {explanation} (reread {reread})"
+DIAGNOSIS_MANY_JOIN = "; and "
+
+# ---- the next step (feedback/advice.py): one thing to do, computed once per grade -----------------------------------
+NUDGE = " `make hint` gives a nudge."
+SUBMIT = " Run `make submit` to package your work."
+STEP_STAGE = "stage {number} ({name})"
+STEP_ENVIRONMENT = "stages {stages} were not graded: {message}"
+STEP_BLOCKED = "{head} is blocked {note}: fix {blocker} first (see above)."
+STEP_MISSING_FILES = ("start {head}: {files} {verb} not in the submission; put the starter file back and replace its "
+                      "stub." + NUDGE)
+STEP_START = "start {head}: open {where} and replace the stub." + NUDGE
+STEP_REFUSED = "fix {head}: {message}."
+STEP_LOADING_HUNG = ("fix {head}: {file} never finished loading: line {line}, outside any function, was still running "
+                     "when the time ran out (a loop that never ends?)." + NUDGE)
+STEP_DEFAULT = "fix {head} at {where}: {message}. {rule}." + NUDGE
+STEP_DIAGNOSED = "fix {head} {where}: {named}{explanation}.{repaired} Reread {reread}."
+STEP_AT = "at {where}"
+STEP_LOCATED = "fix {head} {where}: check '{check}' ({doc}) fails and {what}.{repaired}" + NUDGE
+STEP_RAISES = "your code raises {type} ({message})"
+STEP_OWN_OUTPUT_WRONG = "that function's own output is wrong"
+STEP_CHECK = "fix {head}, check '{check}' ({doc}), at {where}." + NUDGE
+STEP_IN_FUNCTION = "in {function}, at {where}{how}"  # 'in causal_mask, at exercises/masking.py:23'
+STEP_REPAIRED = " {said}."  # an edit of a copy confirmed the parting line's change (feedback/repair.py)
+STEP_STILL_FAILING = ("the stages just graded pass; stage {number} ({name}) is still {status}: open {file} and save it "
+                      "to grade it again.")
+STEP_NEXT_STAGE = " Next: stage {number} ({name}), `make grade STAGE={name}`."
+STEP_SOME_PASS = "{these} {verb}.{after} Run `make grade` to see the whole kit."
+STEP_CORE_PASS = "the core stages pass." + SUBMIT + " The bonus stages ({numbers}) are there if you want more."
+STEP_ALL_PASS = "every stage passes." + SUBMIT
+
+# ---- hints (feedback/hints.py, feedback/hint_ladders.py): `make hint` ------------------------------------------------
+HINT_DEFAULT_QUESTION = "What does this function return for a 2 x 2 input you can work out by hand?"
+HINT_WHERE_DEFAULT = "the function the next step names"
+HINT_WHERE_FUNCTION = ", function "  # 'file.py:name' read as 'file.py, function name'
+HINT_RUNG_LOOK = "Look at {where}. {question}"
+HINT_RUNG_IDEA = "{explanation}."
+HINT_RUNG_REREAD = "Reread {reread}, then run `make grade` again."
+HINT_EDIT = "In {file}, line {line}, change `{before}` to `{after}` ({said})."
+HINT_NONE_NEEDED = "Every stage you have graded passes: no hint needed. `make grade` checks the whole kit."
+HINT_UNKNOWN_STAGE = "unknown stage {stage}; stages: {stages}"
+HINT_FOR_MISTAKE = ("Hint {rung}/{of} for stage {number} ({stage}), about the mistake your last run named, {mistake}:\n"
+                    "  {text}\n({more})")
+HINT_FOR_STAGE = "Hint {rung}/{of} for stage {number} ({stage}):\n  {text}\n({more})"
+HINT_MORE_GENERAL = "run `make hint` again for the stage's general hints"
+HINT_MORE = "run `make hint` again for the next one"
+HINT_LAST = "that was the last hint"
+
+# ---- the verdict and the grader's own faults (grade/, grade/verdict.py) ---------------------------------------------
+GRADER_FAULT_PLACE = " at the kit's {where}:{line}"
+GRADER_FAULT = ("the grader's own check {check} failed ({type}: {error}{place}). This is a bug in the kit, not in your "
+                "code, and it costs you no points. Please report it to your course staff with this line and the kit "
+                "version ({version}).")
+ERROR_AT = " at {where}"
+ERROR_CALLED_FROM = ", in stage {number} ({stage})'s code, called from your {function} at {where}"
+ERROR_NOT_IMPLEMENTED = "not implemented yet{where} ({message})"
+ERROR_CONTRACT = "does not follow the contract: {message}"
+ERROR_IN_GRADER = ("the grader could not use your objects: {type}: {message} (raised in the grader's own code while "
+                   "using them, not on a line of yours; check the names and types the docstring asks for)")
+ERROR_RAISED = "raised {type}: {message}{where}"
+SYNTAX_ERROR_WHERE = "{message} ({file}, line {line})"
+CHECK_ABORTED = "an earlier check of this stage did not finish ({said})"
+CHECK_DID_NOT_FINISH = "your code did not finish: {said}"
+CHECK_UNREADABLE = "could not read your result: {type}: {error}"
+ENVIRONMENT = ("not run: the grader's environment could not run your code: {what}. This is not a problem with your "
+               "code (none of it ran), and these checks' points are not your grade: on your own machine, reinstall "
+               "the kit's environment (delete .venv, then `make grade`); on the course's grader, tell the course staff.")
+NO_TORCH = "torch could not be loaded in the child ({error})"
+
+# ---- comparisons (evidence/compare.py): a check's message when a value differs --------------------------------------
+CLOSE_NOT_ARRAY = "{what}: expected an array, got {type}"
+CLOSE_NOT_FLOAT = "{what}: expected a float array, got {type} of dtype {dtype}"
+CLOSE_BATCH_INDEX = "batch index {index}, "
+CLOSE_ROW_COLUMN = "{lead}row {row}, column {column}"
+CLOSE_POSITION = "position {index}"
+CLOSE_THE_VALUE = "the value"
+CLOSE_INPUT = " (input: {inputs})"
+CLOSE_SHAPE = "{what}: shape {got}, expected {expected}{input}"
+CLOSE_NAN = "{what}: NaN at {where} ({count} NaN in all), expected {expected}{input}"
+CLOSE_ROW = "; that row: expected {expected}, got {got}"
+CLOSE_DIFFER = ("{what}: {bad} of {size} entries differ; worst at {where}: expected {expected}, got {got} "
+                "(error {error:.3g}, allowed {allowed:.3g}){row}{input}")
+CLOSE_READING = "\n(what the numbers show: {reading})"  # evidence/inference.py's reading of the difference
+PRINTED_DIFFER = "{what}: the article prints {printed}, you get {got} (rounded to {decimals} decimals: {rounded})"
+WITHIN_DIFFER = "{what}: the article prints {printed}, you get {got}; the allowed sampling error is {tol}"
+
+# ---- the articles' worked numbers (stages/article_numbers.py: each quantity's words are declared there) -------------
+WORKED_WHAT = "{quantity} (Article {article}, '{section}')"
+WORKED_TITLE = "Article {article}, {section}: {quantity}"
+WORKED_CITE = "Article {article}, '{section}'"
+
+# ---- the stages' shared checks (stages/common.py) -------------------------------------------------------------------
+RAISES_OTHER = "{what} raised {type}: {message}; expected ValueError"
+RAISES_NOT = "{what} returned {got} instead of raising ValueError"
+DEFAULTS_NOT_WRITTEN = "the stage's functions return None: write them first (their defaults count then)"
+DEFAULTS_NO_DEF = ("{module}.py has no `def {name}` or `class {name}` at its top level that the name still holds (not "
+                   "rebound by an assignment or import): the defaults are read from that definition")
+DEFAULTS_UNREAD = (" ({names}: written in a way the grader does not read as a value; write the value itself, or a module "
+                   "constant holding it)")
+DEFAULTS_DIFFER = "{name}: the defaults {got} are not the contract's {want}{unread}"
+IGNORES_INPUT = "{what} gave the same output for two different inputs: it ignores its input"
+
+# ---- how memory grows with the length (stages/growth.py: the fused and tiled stages' cost rules) --------------------
+GROWTH_DESCRIBED = ("at {name} = {sizes} the call's memory (its inputs and output, plus what the call itself added or "
+                    "touched beyond the grader's own code: {added} MiB) was {memory} MiB: it grew {steps} per doubling of {name} "
+                    "(fitted exponent {exponent:.2f}; a step counts once the call adds more than {noise} MiB)")
+GROWTH_THEN = ", then "
+GROWTH_TOO_FAST = ("your call's memory grew {step:.1f}x when {name} doubled (between {name} = {a:,} and {b:,}); "
+                   "without {article} {name} x {name} matrix it grows 2x")
+GROWTH_FELL = ("your call's memory fell from {before} MiB at {name} = {a:,} to {after} MiB at {b:,}: at the shorter "
+               "length it kept memory that grows faster than {name} * d ({article} {name} x {name} matrix), which a "
+               "longer length did not show")
+GROWTH_VERDICT = "{why}. One call raised peak memory by (or touched) {added} MiB more than the grader's own; {described}"
+
+# ---- a confirmed edit of the parting line (feedback/repair.py): the next step's "Confirmed: ..." and the last hint ---
+EDIT_NOT_REMOVED = "the mask's `~` removed"
+EDIT_INVERTED = "the mask inverted (`~` added)"
+EDIT_REVERSED = "the mask's comparison reversed"
+EDIT_TRIL = "tril for triu (the mask built per row)"
+EDIT_TRIU = "triu for tril"
+EDIT_PER_ROW = "the mask's comparison read per row"
+EDIT_DIAGONAL = "the diagonal moved by {shift:+d}"
+EDIT_STRICT = "the mask's comparison made strict"
+EDIT_EQUAL_IN = "the equal case let in"
+EDIT_OWN_AXIS = "the function's own `{param}`"
+EDIT_AXIS_BACK = "the axis argument changed back to {what}"
+EDIT_IS_CAUSAL = "is_causal=True added to the call"
+EDIT_OPERAND = "the operand `{now}` where `{was}` was"
+EDIT_SQRT = "the division by the square root of d_k"
+EDIT_COPY = "a copy of `{name}` made before the write"
+CONFIRMED = "confirmed: with {words} on line {line}, {passes}"
+CONFIRMED_ONE = "the failing {stage} check passes"
+CONFIRMED_ALL = "all {count} failing {stage} checks pass"
+
+# ---- what the numbers show (evidence/inference.py): a difference read off an output's structure ---------------------
+READ_AXIS = "the sums that are 1 run along axis {axis} of {ndim} (over {which}), while the rows over the keys sum to {rows}"
+READ_AXIS_QUERIES, READ_AXIS_BATCH = "the queries", "a batch axis"
+READ_EVERYTHING = ("on [{n_q}, {n_k}] scores, all the weights together sum to 1, while each row should: the rows sum to "
+                   "{rows}")
+READ_TEMPERATURE = ("your {what} are {factor:.4g} times the right ones: the raw scores q.k are divided by {divisor:.4g}, "
+                    "which is {name}, where sqrt(d_k) = {right:.4g} is right")
+READ_LOG_WEIGHTS, READ_SCORES = "log-weights", "scores"
+READ_AFTER_SOFTMAX = "each row is the right weights times a constant: the rows sum to {sums} instead of 1"
+READ_NO_KEY, READ_EVERY_KEY = "no query sees any key (all False)", "every query sees every key (all True)"
+READ_SEES = "query i sees keys {rule}"
+READ_SYMMETRIC = "a symmetric pattern, rows "
+READ_ROWS = "rows "
+READ_TRANSPOSED = " (the transpose of the right mask)"
+READ_INVERTED = " (the right mask inverted)"
+READ_MASK = "for n_q={n_q}, n_k={n_k} your mask says {says}{extra}; the rule is {right}"
+
+# ---- the mistakes inferred from an output's structure (evidence/inference.py: where and line patterns there) ------
+# no stage declares them: each id's explanation, section to reread and hint question
+INFERRED_WORDS = {
+    'inferred-softmax-axis': {
+        'explanation': ("the weights are normalised along another axis than the keys, so a query's weights do not sum "
+                             'to 1'),
+        'reread': "Article A, 'How the scores become shares'",
+        'question': 'Along which axis do your weights sum to 1, and along which should they?',
+    },
+    'inferred-normalised-everything': {
+        'explanation': "the weights are normalised over the whole matrix at once instead of one query's row at a time",
+        'reread': "Article A, 'How the scores become shares'",
+        'question': "Does each query's row sum to 1 on its own?",
+    },
+    'inferred-temperature': {
+        'explanation': ('the scores are divided by the wrong amount before softmax, so the weights are too sharp or too '
+                             'flat'),
+        'reread': "Article B, 'Scores, now with a divide'",
+        'question': 'What exactly are the raw scores divided by, and which dimension does that number come from?',
+    },
+    'inferred-scaled-after-softmax': {
+        'explanation': ("a factor is applied to the weights after softmax, so each query's weights no longer sum to 1; "
+                             'scale the scores, before softmax'),
+        'reread': "Article A, 'How the scores become shares'",
+        'question': 'Is any factor applied to the weights after softmax?',
+    },
+    'inferred-mask-pattern': {
+        'explanation': ('the mask lets each query see a different set of keys than the causal rule (query i sees keys j '
+                             '<= n_k - n_q + i)'),
+        'reread': "Article B, 'Causal attention'",
+        'question': 'For query i, which keys j may it see? Write the rule out for a 3 x 5 mask by hand.',
+    },
+    'inferred-low-precision': {
+        'explanation': ('the result is computed in a low-precision float type (float16 or bfloat16) somewhere, and its '
+                             "rounding shows; keep the input's precision"),
+        'reread': "the stub's docstring ('any float dtype')",
+        'question': 'Is any value on its way converted to a smaller float type than it came in?',
+    },
+    'inferred-layout': {
+        'explanation': ('the output holds the right numbers in the wrong arrangement: axes swapped, or a reshape where '
+                             'the axes had to be moved first'),
+        'reread': "Article B, 'Code that matches the hand numbers'",
+        'question': 'Print the shape after every reshape and axis swap: is each axis where the docstring says it is?',
+    },
+    'inferred-no-output-projection': {
+        'explanation': 'the output is the heads placed side by side, without the output projection applied',
+        'reread': "Article B, 'Multi-head attention'",
+        'question': 'After the heads are placed side by side, what is the last step?',
+    },
+    'inferred-cache-contents': {
+        'explanation': ('the cache does not hold the keys and values of the positions it should: an entry is written '
+                             'twice, skipped, or holds another tensor'),
+        'reread': "Article B, 'What it costs as the sequence grows'",
+        'question': ('After one call of forward with the cache, how many positions does it hold, and which tensor is '
+                          'in each?'),
+    },
+}
