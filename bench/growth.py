@@ -49,6 +49,31 @@ SUBMISSIONS = {  # name -> (stage, kind, {file: [(old, new)]})
         "        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T_q, T_k), "
         "dropout_p=p)\n    if T_q == T_k:\n")]}),
 }
+SUBMISSIONS["fused in 512-query chunks, a bool mask per chunk"] = ("fused", "correct", {"fused.py": [(
+    "    if T_q == T_k:\n",
+    "    if causal:  # 512 queries at a time, each with its own bottom-right mask: [c, T_k]\n"
+    "        outs = []\n"
+    "        for s0 in range(0, T_q, 512):\n"
+    "            qc = q[..., s0:s0 + 512, :]  # [B, H, c, d]\n"
+    "            rows = torch.arange(s0, s0 + qc.shape[-2], device=q.device)[:, None] + (T_k - T_q)\n"
+    "            allowed = torch.arange(T_k, device=q.device)[None, :] <= rows  # [c, T_k]\n"
+    "            outs.append(F.scaled_dot_product_attention(qc, k, v, attn_mask=allowed, dropout_p=p))\n"
+    "        return torch.cat(outs, dim=-2)  # [B, H, T_q, d]\n"
+    "    if T_q == T_k:\n")]})
+SUBMISSIONS["tiled as 256-row blocks against every key (a block_q x n_k strip)"] = ("tiled", "correct", {"tiled.py": (
+    "import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+    "    n_q, n_k = q.shape[0], k.shape[0]\n"
+    "    out = np.empty((n_q, v.shape[1]))\n"
+    "    for i0 in range(0, n_q, 256):\n"
+    "        s = q[i0:i0 + 256] @ k.T / np.sqrt(q.shape[1])  # [256, n_k]\n"
+    "        if causal:\n"
+    "            rows = np.arange(i0, min(i0 + 256, n_q))[:, None] + n_k - n_q\n"
+    "            s = np.where(np.arange(n_k)[None, :] <= rows, s, -np.inf)\n"
+    "        if np.isneginf(s.max(axis=1)).any():\n"
+    "            raise ValueError('a query row has no allowed key')\n"
+    "        w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+    "        out[i0:i0 + 256] = (w / w.sum(axis=1, keepdims=True)) @ v\n"
+    "    return out\n")})
 SUBMISSIONS["mistake: tiled as the whole n x n scores"] = ("tiled", "mistake", {"tiled.py": (
     "import numpy as np\n\n\ndef tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
     "    n_q, n_k = q.shape[0], k.shape[0]\n"

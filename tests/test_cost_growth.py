@@ -74,6 +74,18 @@ def test_a_step_gated_on_the_call_count_loses(tmp_path):
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
 
 
+def test_a_step_gated_on_how_the_cache_was_filled_loses(tmp_path):
+    """Linear only for a cache the module did not fill itself (a stranger's attack: the measured cache was filled by
+    one `append` from the grader, which no checked call does): the measured prefix goes through the module's own
+    forward, as in any decode."""
+    mine = ("            if not hasattr(cache, 'mine'):  # filled from empty by this forward, or by someone else\n"
+            "                cache.mine = cache.length == x.shape[1]\n")
+    edits = {"module.py": [(APPEND, APPEND + mine + "            if cache.mine:\n" + PAD), SLICE]}
+    st, cost = cost_check(variant(tmp_path, edits))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points  # its outputs are right on every path
+
+
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_nothing(tmp_path, monkeypatch):
     """Where the system cannot count one call (no /proc: macOS), the whole child's CPU time is the fallback and its

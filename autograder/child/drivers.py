@@ -177,28 +177,27 @@ def decode_cost_start(batch, n_heads, d_head, baseline=False, *, seed=0, pkg):
 
 
 def decode_cost_fill(length, steps, new_module=False, *, seed=0, pkg):
-    """A new cache of max_len length + steps, holding the keys and values of `length` seeded prefix tokens (projected
-    by the grader, put in through one `append`: a prefill through forward would count its own call overheads); with
-    `new_module`, a new module too (the same weights), whose first call is then the first measured step. Not
-    measured: the next call, the steps, is."""
+    """A new cache of max_len length + steps, holding the keys and values of `length` seeded prefix tokens, put in
+    the way any decode puts them: one forward of the whole prefix through the module with that cache (for the
+    baseline, the grader's own cached forward). Filled by an `append` from the grader, the cache was one no
+    checked call makes, and a module that kept count of what it had fed could tell the measured steps apart (a
+    stranger's attack). With `new_module`, a new module too (the same weights): its first call is this prefill, its
+    second the first measured step. Not measured: the next call, the steps, is."""
     d = _DECODE
     if new_module and not d["baseline"]:
         d["module"] = _build(pkg, d["n_heads"] * d["d_head"], d["n_heads"], False, d["qkv_w"], d["out_w"])
     B, H, D = d["batch"], d["n_heads"], d["d_head"]
-    C = H * D
     prefix = torch.as_tensor(seeded.decode_prefix(B, H, D, length, seed))  # [B, L, C]
-    with torch.no_grad():
-        k_old, v_old = (t.view(B, length, H, D).transpose(1, 2).contiguous()
-                        for t in F.linear(prefix, d["qkv_w"][C:]).split(C, dim=-1))  # [B, H, L, D] each: no queries
     d.pop("cache", None)
-    if d["baseline"]:
-        k_all = torch.zeros(B, H, length + steps, D)  # [B, H, max_len, D], allocated once
-        v_all = torch.zeros_like(k_all)
-        k_all[:, :, :length], v_all[:, :, :length] = k_old, v_old
-        d["cache"] = (k_all, v_all, length)
-        return None
-    cache = d["cache"] = _mod(pkg, "kv_cache").KVCache(B, H, length + steps, D)
-    cache.append(k_old, v_old)
+    with torch.no_grad():
+        if d["baseline"]:
+            k_all = torch.zeros(B, H, length + steps, D)  # [B, H, max_len, D], allocated once
+            v_all = torch.zeros_like(k_all)
+            _baseline_forward(prefix, d["qkv_w"], d["out_w"], k_all, v_all, 0, H)
+            d["cache"] = (k_all, v_all, length)
+            return None
+        cache = d["cache"] = _mod(pkg, "kv_cache").KVCache(B, H, length + steps, D)
+        d["module"](prefix.clone(), cache)
     return None
 
 

@@ -35,6 +35,7 @@ from ..outcomes import (
 )
 from . import launchers, namespaces
 from .launchers import (
+    FIXED_ALLOCATOR,
     ONE_THREAD,
     ForkServer,
     Launched,
@@ -204,6 +205,7 @@ class Worker:
         # one thread per child: two children (and in a batch, several submissions) already share the
         # cores, and spinning BLAS/OpenMP threads fighting over them cost more than they bring
         env.update(ONE_THREAD)
+        env.update(FIXED_ALLOCATOR)  # resident memory that follows what the code holds (launchers.FIXED_ALLOCATOR)
         if self.reuse_memory:
             env["ATTN_REUSE_MEMORY"] = "1"
         if self.preload:

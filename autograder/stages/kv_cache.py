@@ -225,7 +225,8 @@ class DecodePlan:
 
     def calls(self, baseline: bool) -> list:
         """The measuring child's calls: build and ordinary forwards, then per length a fill and the counted steps. A
-        new module is built with the first fill: its first call is the first measured step, its last the 24th, so
+        new module is built with the first fill, whose prefix goes through it (the way any decode fills a cache): its
+        first call is that prefill, its second the first measured step, its last the 27th, so
         a path picked by how many calls came before is measured on both sides of its switch."""
         B, H, D, S = DECODE_SIZES
         plan = [("decode_cost_start", (B, H, D, baseline), {"seed": self.seed}, False)]
@@ -281,12 +282,12 @@ def measure_decode(api, ctx, plan: DecodePlan, key: str) -> DecodeRun:
     for i, L in enumerate(plan.lengths):
         (r, cost), (_, base_cost) = res[2 + 2 * i], base[2 + 2 * i]
         if r["length"] != L + S:
-            raise Fail(f"after {L} positions appended to a KVCache of max_len {L + S}, and {S} decode steps, its "
+            raise Fail(f"after a forward of {L} tokens through a KVCache of max_len {L + S}, and {S} decode steps, its "
                        f"length is {r['length']}; expected {L + S}")
         prefix = seeded.decode_prefix(B, H, D, L, plan.seed).astype(np.float64)
         check_close(np.asarray(r["out"]), decode_step_expected(qkv_w, out_w, prefix, plan.tokens[i].astype(np.float64)),
-                    f"{S} decode steps (x [{B}, 1, {H * D}] each) after the keys and values of a random prefix of {L} "
-                    f"tokens were appended to the cache", inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
+                    f"{S} decode steps (x [{B}, 1, {H * D}] each) after a forward of a random prefix of {L} tokens "
+                    "with the cache", inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
         peak[i], cpu[i] = cost.peak_bytes, cost.cpu_s
         base_peak[i], base_cpu[i] = base_cost.peak_bytes, base_cost.cpu_s
     return DecodeRun(peak, base_peak, cpu, base_cpu, (s_peak, b_peak, s_cpu, b_cpu))
