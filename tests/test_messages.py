@@ -256,6 +256,17 @@ def test_the_walk_sees_a_sentence_written_elsewhere(solutions_result, tmp_path, 
     assert unexplained(step, values, names) and not unexplained(solutions_result.next_step, values, names)
 
 
+# written nowhere: the words of four allowed templates ('Look at {where}. {question}', the mask inverted (`~` added),
+# ', then ', 'the failing {stage} check passes') put together around a value
+ASSEMBLED = "Look at the mask inverted (`~` added), then the failing softmax check passes"
+
+
+def test_the_walk_misses_an_assembled_sentence():
+    """The walk's leniency, proved: a piece of two words or more of any allowed string covers text on its own, so
+    a sentence written elsewhere out of the allowed modules' words passes."""
+    assert not unexplained(ASSEMBLED)
+
+
 def test_messages_is_a_leaf():
     """messages.py imports nothing (the standard library would do; the package never): any part may read it."""
     tree = ast.parse((GRADER_ROOT / "messages.py").read_text())
