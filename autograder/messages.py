@@ -2,11 +2,14 @@
 ladders' frames, the verdicts' and the grader's own words. A stage's own text (its checks' `Fail` strings, its
 mistakes' explanations, hints and rule sentences) stays in its declaration, `autograder/stages/<stage>.py`.
 
-A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it.
+A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it but
+one: the child (`autograder/child/`) is copied alone into the sandbox and cannot import it, so what a child says
+itself (the run-time guard's refusal, `child/guard.py` RULE; the invariants' words) stays there, the one exception.
 Templates are `str.format` strings named for where they show (`{name}` is a value the caller fills in); a few
 that choose their words by a count are small functions. `tests/test_messages.py` walks what the grader prints for
-the stubs, the solutions and every catalogued mutant, and fails on a sentence that comes from neither here nor a
-stage module. To find a sentence: grep this file for a few of its words.
+the stubs, the solutions and every catalogued mutant, and fails on a line that is not made of whole templates from
+here or a stage module with values in their places (a template may fill another's place; a piece of one covers
+nothing). To find a sentence: grep this file for a few of its words.
 """
 
 # ---- the kit-wide rules, written in the student README (autograder/instructor/build.py) word for word ----------------

@@ -1,5 +1,7 @@
 """Each sentence a student can see lives in one place a maintainer can find: its stage's declaration
-(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py`.
+(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py`. One exception: the child
+(`autograder/child/`, copied alone into the sandbox) cannot import messages.py, so what it raises or prints (the
+run-time guard's refusal, the invariants' words) is written there; the walk reads it as the run's own text (3).
 
 The walk grades the stubs, the solutions and every catalogued mutant (`MUTANTS`; each stage's first in
 `make test-fast`, the rest slow: `tiered`), renders what a student sees (the terminal report, plain and `V=1`,
@@ -9,19 +11,29 @@ allowed modules wrote. The rule, line by line, with runs of whitespace read as o
 1. The skeletons: every string constant and f-string of `messages.py` and of the stage modules (those that
    declare a `STAGE`), read with ast. An f-string's `{...}` parts, and `{name}` / `%s`-style placeholders of
    `.format` and `%` templates, are wildcards; the literal text between them is the skeleton's. A skeleton is
-   used line by line (split at its newlines) and also whole (a docstring's paragraph is shown as one line).
-2. Each skeleton line with a word of two letters or more is searched for in the output line; where it matches,
-   its literal parts are covered. What a wildcard matched is not covered: it is a value, and must pass step 4.
-3. The values of the run are covered wherever they occur: the messages of the student's exceptions, what their
-   code printed, the lines of their files, and the message of a check that could not read their result
-   (Failure.UNREADABLE: what a library raised on their value): text the student wrote or the libraries raised.
+   used line by line (split at its newlines) and also whole (a docstring's paragraph is shown as one line); a
+   skeleton line with no word of two letters is not used.
+2. A skeleton line matches where all its literal parts appear in order (each the leftmost after the one before),
+   the first starting and the last ending at a word's edge unless a wildcard opens or closes the line; what lies
+   between two literal parts is what a wildcard matched. A match counts (its literal parts are covered) only when
+   every word in its wildcards is a value (3, 4) or lies in the literal parts of matches that count: a template's
+   value may be another whole template (nesting), never a piece of one. A line may be several matches side by side
+   (the code concatenates templates). A piece of a skeleton line covers nothing on its own.
+3. The values of the run are covered wherever they occur: the messages of the student's exceptions (the child's
+   own words among them), what their code printed, the lines of their files, and the message of a check that
+   could not read their result (Failure.UNREADABLE: what a library raised on their value).
 4. What is left must be values: a word (letters only, three or more) left uncovered fails the line unless it is
    a name: an identifier of the submission's files, of an allowed module (function, variable, argument,
    attribute, stage or check name), an exception's type, a folder of the submission's path. Numbers, paths,
    shapes and code are not words.
+5. A value broken across lines: a line opening with `[` (or `tensor([`, `...`) while a `[` of the lines before is
+   still open is a printed array's next line, joined to the line it broke before the rule applies. Nothing else
+   joins lines.
 
-`test_the_walk_sees_a_sentence_written_elsewhere` proves the rule can fail: a sentence added by a renderer, by
-the next step or by a hint, none of them written in the allowed modules, is flagged.
+`test_the_walk_sees_a_sentence_written_elsewhere` and `test_the_walk_sees_a_sentence_assembled_from_allowed_words`
+prove the rule can fail: a sentence added by a renderer, by the next step or by a hint, and one put together from
+pieces of allowed templates (which an older rule, where a piece of two words covered on its own, passed), are
+flagged.
 """
 import ast
 import re
@@ -314,14 +326,16 @@ ASSEMBLED = "Look at the mask inverted (`~` added), then the failing softmax che
 
 def test_the_walk_sees_a_sentence_assembled_from_allowed_words():
     """A piece of an allowed template does not cover on its own: the sentence above, which an older walk passed
-    (a piece of two words or more of any allowed string covered), is flagged, and a real template of
-    feedback/relations.py's kind put together from allowed words is too; the templates it borrows from, whole,
-    pass."""
+    (a piece of two words or more of any allowed string covered), is flagged, and so is a parting line put
+    together from allowed words; templates used whole, one nested in another, pass."""
     assert unexplained(ASSEMBLED)
     assert unexplained("with the mask inverted (`~` added) on line 14, then the weights are normalised along another "
                        "axis than the keys, so a query's weights do not sum to 1")
     assert not unexplained("Look at masking.py, function apply_mask. Is any factor applied to the weights after softmax?")
     assert not unexplained("confirmed: with the mask inverted (`~` added) on line 14, the failing masking check passes")
+    # the parting line's words (feedback/relations.py, now in messages.py): a template inside a template
+    assert not unexplained("line 14: your `weights` equals the reference's weights with the mask inverted (True where "
+                           "the reference hides: True must mean may attend)")
 
 
 def test_messages_is_a_leaf():
