@@ -132,12 +132,13 @@ def _steps(res: Results, e) -> str:
             rows.append(f"<tr class='{'failed' if parted else 'passed'}'><td>{e(st['label'] or say.HTML_NO_STEP_LABEL)}"
                         f"{mark}</td><td>{e(st['function'])}:{st['line']} <code>{e(st['name'])}</code></td>"
                         f"{_matrix(st['got'])}{_matrix(st['want'])}</tr>")
-        heads = "".join(f"<th>{e(h)}</th>" for h in say.HTML_STEPS_COLUMNS)
+        heads = "".join(f"<th>{html.escape(h, quote=False)}</th>" for h in say.HTML_STEPS_COLUMNS)
         parts.append(f"<h3>{e(say.HTML_STEPS_STAGE.format(stage=stage, function=loc.function))}</h3>"
                      f"<table class='steps'><tr>{heads}</tr>{''.join(rows)}</table>")
     if not parts:
         return ""
-    return (f"<h2>{html.escape(say.HTML_STEPS_HEADING)}</h2><p>{html.escape(say.HTML_STEPS_INTRO)}</p>"
+    return (f"<h2>{html.escape(say.HTML_STEPS_HEADING, quote=False)}</h2>"
+            f"<p>{html.escape(say.HTML_STEPS_INTRO, quote=False)}</p>"
             + "".join(parts))
 
 
