@@ -368,6 +368,7 @@ CHILD_EXITED_BEFORE = "the child process had already exited"
 CHILD_BAD_START = "the child did not start properly"
 CHILD_OUT_OF_TURN = "the child answered out of turn"
 CHILD_EXITED = "the process exited"
+SERVER_GONE = "the fork server stopped answering while a measuring child ended"
 CHILD_LINGERED = ("after answering, the process that ran this call kept running for {seconds:.0f} s instead of ending, so "
                   "its memory could not be measured")
 CHILD_NEVER_LOADED = ("{file} never finished loading in an earlier check (its body was still running line {line} at the "
@@ -459,3 +460,5 @@ GRADESCOPE_TOTAL_FOLDED = "**{total:g}/{max_total:g}** (core {score:g}/{max_scor
 GRADESCOPE_TOTAL = "**{score:g}/{max_score:g}**"
 GRADESCOPE_BONUS_APART = " (bonus {bonus:g}/{max_bonus:g}, apart from the core points)"
 GRADESCOPE_NEXT_STEP = "**Next step:** "
+GRADESCOPE_TEST_NAME = "{number}. {stage}: {name}"
+GRADESCOPE_BONUS_APART_TEST = " (bonus, {points:g} apart)"  # a bonus check's name where the bonus is kept apart

@@ -90,7 +90,8 @@ def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: s
     number = BY_NAME[c.stage].number
     counted = bonus_policy == "folded" or not BY_NAME[c.stage].bonus  # apart, a bonus check is worth 0 here
     return {
-        "name": f"{number}. {c.stage}: {c.name}" + ("" if counted else f" (bonus, {c.points:g} apart)"),
+        "name": say.GRADESCOPE_TEST_NAME.format(number=number, stage=c.stage, name=c.name)
+        + ("" if counted else say.GRADESCOPE_BONUS_APART_TEST.format(points=c.points)),
         "number": f"{number}.{index}",
         "score": r.score if counted else 0.0,
         "max_score": c.points if counted else 0.0,

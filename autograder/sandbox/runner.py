@@ -133,7 +133,7 @@ def await_end(child: Launched, linger_s: float, cancelled: Callable[[], bool]) -
         if child.gone:
             if cancelled():
                 raise BudgetSpent(say.GRADE_CANCELLED)
-            raise ServerGone("the fork server stopped answering while a measuring child ended")
+            raise ServerGone(say.SERVER_GONE)
     return status
 
 
