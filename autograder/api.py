@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from . import messages as say
 from .child import scripts
 from .declarations import INPUTS_RULE
 from .outcomes import CannotReplay, Fail
@@ -21,10 +22,9 @@ def inputs_changed(changed: list[dict]) -> str:
         names = by_function.setdefault(str(c["function"]), [])
         if str(c["argument"]) not in names:
             names.append(str(c["argument"]))
-    said = "; ".join(f"{fn} changed its argument{'s' if len(a) > 1 else ''} {', '.join(f'`{n}`' for n in a)} in place"
-                     for fn, a in by_function.items())
-    return (f"{said}: after the call the caller's array holds other values. {INPUTS_RULE}: compute into new "
-            "arrays (`x = x - m`, not `x -= m`, `out=x` or `x[i] = ...` on an argument)")
+    said = "; ".join((say.INPUTS_CHANGED_MANY if len(a) > 1 else say.INPUTS_CHANGED_ONE).format(
+        function=fn, names=", ".join(f"`{n}`" for n in a)) for fn, a in by_function.items())
+    return say.INPUTS_CHANGED.format(said=said, rule=INPUTS_RULE)
 
 
 class StudentAPI:

@@ -5,14 +5,10 @@ import os
 import sys
 from pathlib import Path
 
+from . import messages as say
+
 ROOT = Path(__file__).resolve().parent.parent
-WINDOWS = """\
-This kit runs on Linux, macOS and Windows through WSL2, not on Windows itself: its sandbox needs
-process limits and signals that Windows does not have. To use WSL2 (Ubuntu):
-  1. In PowerShell as administrator: wsl --install   (then restart, and open "Ubuntu")
-  2. In Ubuntu: sudo apt update && sudo apt install -y make python3.12 python3.12-venv git
-  3. Clone the repository inside Ubuntu (e.g. ~/attention, not /mnt/c/...) and run the same make
-     commands there (make grade, make submit). Editors such as VS Code open WSL folders directly."""
+WINDOWS = say.CLI_WINDOWS
 
 
 def use_color() -> bool:
@@ -45,7 +41,7 @@ def _grade(args) -> int:
         sub = found.folder.resolve()
     except (FileNotFoundError, ValueError) as e:
         close_launchers(workers)
-        print(f"error: {e}", file=sys.stderr)
+        print(say.CLI_ERROR.format(error=e), file=sys.stderr)
         return 2
     if sub != guess:
         close_launchers(workers)
@@ -59,7 +55,7 @@ def _grade(args) -> int:
     unknown = [s for s in [*(stages or []), *required] if s not in BY_NAME]
     if unknown:
         close_launchers(workers)
-        print(f"error: unknown stage {', '.join(unknown)}; stages: {', '.join(BY_NAME)}", file=sys.stderr)
+        print(say.CLI_UNKNOWN_STAGE.format(stages=", ".join(unknown), known=", ".join(BY_NAME)), file=sys.stderr)
         return 2
 
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
@@ -71,7 +67,7 @@ def _grade(args) -> int:
     for note in found.notes:
         from .outcomes import plain
 
-        print(f"note: {plain(note)}")  # names paths inside the upload, which the submission chose
+        print(say.CLI_NOTE.format(note=plain(note)))  # names paths inside the upload, which the submission chose
     print(terminal(res, verbose=args.verbose, color=use_color()))
     from .feedback.hints import remember_run
 
@@ -79,7 +75,7 @@ def _grade(args) -> int:
     for renderer, path in wanted:
         renderer.write(res, Path(path))
         if renderer.announce:
-            print(f"wrote {path}")
+            print(say.CLI_WROTE.format(path=path))
     return required_failures(res, required)
 
 
@@ -89,7 +85,7 @@ def required_failures(res, required: list[str]) -> int:
 
     failing = [s for s in required if s not in res.stages or res.stages[s].status != StageStatus.PASSED]
     if failing:
-        print(f"required to pass, and not passing: {', '.join(failing)}")
+        print(say.CLI_REQUIRED_FAILING.format(stages=", ".join(failing)))
     return 1 if failing else 0
 
 
@@ -107,7 +103,7 @@ def _hint(args) -> int:
     try:
         print(next_hint(locate(Path(args.submission)), args.stage))
     except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(say.CLI_ERROR.format(error=e), file=sys.stderr)
         return 2
     return 0
 
@@ -120,7 +116,7 @@ def _worked(args) -> int:
         print(json.dumps(items, indent=2))
     else:
         for w in items:
-            print(f"{w['id']:<28} {w['stage']:<13} Article {w['article']}, {w['section']}: {w['quantity']} = {w['expected']}")
+            print(say.CLI_WORKED.format(**w))
     return 0
 
 
@@ -129,9 +125,9 @@ def _submit(args) -> int:
 
     src = Path(args.submission)
     problems = make_zip(src, Path(args.output))
-    print(f"wrote {args.output} from {src}/")
+    print(say.CLI_SUBMIT_WROTE.format(output=args.output, source=src))
     for p in problems:
-        print(f"  warning: {p}")
+        print(say.CLI_SUBMIT_WARNING.format(problem=p))
     return 0
 
 

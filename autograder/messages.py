@@ -2,11 +2,14 @@
 ladders' frames, the verdicts' and the grader's own words. A stage's own text (its checks' `Fail` strings, its
 mistakes' explanations, hints and rule sentences) stays in its declaration, `autograder/stages/<stage>.py`.
 
-A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it.
+A leaf: the standard library only, nothing of `autograder` (CONTRIBUTING.md, Layers), so every part may read it but
+one: the child (`autograder/child/`) is copied alone into the sandbox and cannot import it, so what a child says
+itself (the run-time guard's refusal, `child/guard.py` RULE; the invariants' words) stays there, the one exception.
 Templates are `str.format` strings named for where they show (`{name}` is a value the caller fills in); a few
 that choose their words by a count are small functions. `tests/test_messages.py` walks what the grader prints for
-the stubs, the solutions and every catalogued mutant, and fails on a sentence that comes from neither here nor a
-stage module. To find a sentence: grep this file for a few of its words.
+the stubs, the solutions and every catalogued mutant, and fails on a line that is not made of whole templates from
+here or a stage module with values in their places (a template may fill another's place; a piece of one covers
+nothing). To find a sentence: grep this file for a few of its words.
 """
 
 # ---- the kit-wide rules, written in the student README (autograder/instructor/build.py) word for word ----------------
@@ -268,3 +271,194 @@ INFERRED_WORDS = {
                           'in each?'),
     },
 }
+
+# ---- what changed at the parting line (feedback/relations.py, feedback/localise.py): the next step's "{what}" ----
+# The words are matched by feedback/repair.py (say "inverted", "shifted one diagonal", "instead of the last"...):
+# change one, and its edit there with it. A step's label (feedback/steps.py, 'the masked scores') is a key and the
+# step's name at once.
+PART_MASK_INVERTED = "with the mask inverted (True where the reference hides: True must mean may attend)"
+PART_MASK_TOP_LEFT = ("with the mask aligned top-left (query i sees keys j <= i); the queries are the last {n_q} of "
+                      "{n_k} positions, so query i sees keys j <= i{offset:+d}")
+PART_MASK_NEXT_KEY = "with the mask shifted one diagonal: each query also sees the next key"
+PART_MASK_OWN_KEY = "with the mask shifted one diagonal: each query misses its own key"
+PART_MASK_TRANSPOSED = "with the mask transposed (built per column, j >= i, instead of per row)"
+PART_NO_MASK = "with no mask applied (every key visible to every query)"
+PART_NO_SCALE = "with no scale: q k^T is not divided by sqrt(d_k)"
+PART_OTHER_AXIS = "{how} over axis {axis} ({which} axis) instead of the last (each row over its keys)"
+PART_NORMALISED, PART_TAKEN = "normalised", "taken"
+PART_QUERIES_AXIS, PART_LEADING_AXIS = "the queries'", "a leading"
+PART_LEFT_OUT = "left out: it equals the reference's {step}, the step before, unchanged"
+PART_SWAPPED = "holds the reference's {other} where its {step} belongs (an operand swapped)"
+PART_READ_BACK = "read in the memory order of the axes {perm}: a reshape where the axes had to be moved first"
+PART_AXES_SWAPPED = "with axes {a} and {b} swapped (a transpose too many or too few)"
+PART_AXES_ORDER = "with its axes in the order {perm}"
+PART_DIVISOR = "made with q k^T divided by {name} instead of sqrt(d_k) = {right:g}"
+PART_D_K, PART_D_K_SQUARED = "d_k = {value}", "d_k**2 = {value}"
+PART_INVERSE_SQRT = "1/sqrt(d_k) = {value:g} (a multiplication where a division belongs)"
+PART_SQRT_D_K, PART_N = "sqrt(d_k) = {value:g}", "n = {value}"
+PART_TIMES, PART_DIVIDED = "times {name}", "divided by {name}"
+PART_SQUARE_ROOT = "the square root of the reference's {step}"
+PART_SQUARE_ROOT_VARIANCE = " (a standard deviation where the variance belongs)"
+PART_SQUARE = "the square of the reference's {step}"
+PART_SQUARE_DEVIATION = " (the variance where a standard deviation belongs)"
+PART_FLOAT16 = "rounded to float16 (a smaller float type on the way)"
+PART_RETURNED = "returned value"  # a probed function's `return` record, as the line shows it ('returned value[1]')
+PART_LINE_IS = "line {line}: your `{name}` is {words}"
+PART_LINE_DOES = "line {line}: your `{name}` {words}"
+PART_LINE_EQUALS = "line {line}: your `{name}` equals the reference's {step} {words}"
+PART_MUTATED = ("line {line}: your code writes into `{param}`, the array the caller passed in (an argument changed in "
+                "place): work on a copy, or make a new array")
+PART_MUTATED_EVIDENCE = "the call changed its argument `{param}` in place"
+PART_NOT_KEPT = ("line {line}: the value `{callee}` returns here ({step}) is not kept: no variable takes it, so "
+                 "`{function}` later works on what was there before")
+PART_RETURN_ORDER = ("holds what the function should return in place {j}, not {i}: the values are returned in another "
+                     "order than the docstring's")
+PART_RETURN_SLOT = "returned value [{i}]"
+PART_STOPS = "and stops there: the steps after it ({steps}) are left out"
+PART_NO_TRACE = "no values could be traced, so this is the function's first line"
+PART_EVIDENCE = "(the evidence: {evidence})"  # added to the first failing check's message under an inferred diagnosis
+PART_RAISED = "raised {type}: {message}"
+PART_CACHE_OVERFILLED = ("feeding 6 tokens in chunks of 3, 1 and 2 into a cache of max_len 6 filled it before the end "
+                         "({message}): forward writes more positions than it is given")
+# a scaled_dot_product_attention call that attends other than the reference's (relations.sdpa_difference)
+SDPA_LINE_MADE = ("line {made}: this makes the {argument} of your scaled_dot_product_attention call on line {call}, "
+                  "which {words}")
+SDPA_LINE = "line {call}: your scaled_dot_product_attention call {words}"
+SDPA_NO_MASK = "sets neither is_causal nor attn_mask: every query sees every key, the later ones too"
+SDPA_CAUSAL_NOT_ASKED = "sets is_causal=True where causal=False: every query must see every key"
+SDPA_TOP_LEFT = ("uses is_causal=True with {t_q} queries and {t_k} keys: is_causal aligns top-left (query i sees keys "
+                 "j <= i), while the queries are the last {t_q} positions (j <= i{offset:+d}): pass the bottom-right "
+                 "mask as attn_mask instead")
+SDPA_MASK = "passes an attn_mask {words}"  # a mask change's words after 'with the mask '
+SDPA_OTHER_KEYS = ("passes an attn_mask that lets the queries see other keys than the causal ones (query i sees keys "
+                   "j <= i{offset:+d})")
+SDPA_DROPOUT_EVAL = "passes dropout_p={p:g} while training={training}: dropout belongs in training only"
+SDPA_DROPOUT = "passes dropout_p={p:g} where training=True asks for dropout_p={dropout:g}"
+SDPA_SCALE = "passes scale={scale:.4g}, where the default 1/sqrt(D) = {right:.4g} is right"
+
+# ---- what a stage module may use (sandbox/static_check.py; the rule itself is child/guard.py's RULE, which the
+# child states alone at run time: a child cannot read this module) ---------------------------------------------------
+RULE_WHEN = ". A module that does is refused before any of it runs, or stopped with this rule when it tries at run time"
+REFUSED_FILE = ("{file} was refused before any of it ran: {shown}. Only numpy, torch, math, typing, a few pure "
+                "helpers and your other stage modules may be used (README, 'What your code may use')")
+REFUSED_MORE = "; and {count} more"
+REFUSED_LINE = "line {line}: {what}"
+REFUSED_LIBRARY_OWN = "{what} (numpy's or torch's own)"  # 'changing np.allclose', 'setattr() on torch'
+REFUSED_CHANGING = "changing {target}"
+REFUSED_NOT_STAGE = "{statement} ({module}.py is not one of the stage modules)"
+REFUSED_RELATIVE = " (a stage module is imported relatively: `from .{stage} import ...`)"
+REFUSED_BUILT_NAME = "{function}() with an attribute name built from strings"
+REFUSED_PROC = "a path under /proc"
+NOT_A_STAGE_MODULE = "not a stage module: ignored"
+
+# ---- a child's end and limits (sandbox/runner.py): a check's message when the run, not the value, failed -----------
+# sandbox.runner.environment_fault reads a crash's message back: '(exit code N' / '(it ...' and 'its last output: '
+BUDGET_SPENT = "not run: the whole grade's time budget ({budget:g} s) ran out before this check could finish"
+GRADE_CANCELLED = "not run: the grade was cancelled"
+WORKER_RETIRED = "grading stopped: this worker was retired (the grade was cancelled)"
+SIGNAL_WORDS = {"SIGXFSZ": "wrote more output than allowed", "SIGXCPU": "used up its CPU time",
+                "SIGSEGV": "crashed (segmentation fault)", "SIGABRT": "aborted",
+                "SIGKILL": "was killed (memory or time limit, or it ended itself)"}
+SIGNAL_OTHER = "was killed"
+CHILD_EXIT_CODE = "exit code {code}"
+CHILD_SIGNAL = "it {words}: signal {number}"
+CHILD_DIED = "{why} ({detail})"
+CHILD_LAST_OUTPUT = "; its last output: "
+CHILD_EXITED_BEFORE = "the child process had already exited"
+CHILD_BAD_START = "the child did not start properly"
+CHILD_OUT_OF_TURN = "the child answered out of turn"
+CHILD_EXITED = "the process exited"
+SERVER_GONE = "the fork server stopped answering while a measuring child ended"
+CHILD_LINGERED = ("after answering, the process that ran this call kept running for {seconds:.0f} s instead of ending, so "
+                  "its memory could not be measured")
+CHILD_NEVER_LOADED = ("{file} never finished loading in an earlier check (its body was still running line {line} at the "
+                      "time limit), so it is not loaded again")
+CHILD_TIMEOUT = "no answer within {timeout:g} s{lent} (an endless loop, or far too slow){at}"
+CHILD_TIMEOUT_AT = ": it was running {file}:{line}, in {function}"
+CHILD_TIMEOUT_LENT = ", besides {seconds:.1f} s it waited for a CPU"
+CHILD_REPLY_TOO_LARGE = ("sent an answer larger than {mib} MiB without ending it; the grader stopped reading (return "
+                         "arrays, numbers or tuples of them)")
+CHILD_SCRATCH_FULL = ("wrote {size:.0f} MiB in {entries:,}{more} files in its own folder, past the {cap} MiB and {limit:,} "
+                      "files a child may leave there; the grader ended it (your code may not write files)")
+PRINTED_CUT = "\n[... more output not shown: at most {limit:,} characters a check]"
+START_NO_INTERPRETER = "the interpreter that runs the children could not be started ({what})"
+START_ENDED = "it ended"
+START_MISSING_PACKAGE = "the package {package} is missing from the Python that runs the children ({exe}; {how})"
+START_NOT_FOUND = "the interpreter that runs the children was not found or cannot be reached ({exe}; {how})"
+START_NOT_EXECUTABLE = "the interpreter that runs the children cannot be executed ({exe}; {how})"
+START_FAILED = "the child process ended before loading any of the submission ({exe}; {how})"
+# what this machine's sandbox turns off (report: REPORT_PROTECTIONS_OFF, one line each)
+OFF_NAMESPACES = ("no namespaces here (Linux's unshare): children share this machine's /tmp, network and process list, "
+                  "and see the files your user can read")
+OFF_LANDLOCK = ("no Landlock here (Linux 5.13 or later): a file a library opens from its own C code, such as torch's "
+                "from_file, is not refused (the run-time guard refuses Python's own opens)")
+OFF_SECCOMP = ("no seccomp filter here (Linux on x86_64 or aarch64): new processes and sockets are refused by the "
+               "run-time guard only")
+OFF_FORK = ("watch and regrade start a new interpreter per child instead of forking a warm one (forking after numpy and "
+            "torch is not safe here): slower, the same grades")
+
+# ---- a call that changed its caller's arrays (api.inputs_changed; INPUTS_RULE above) -----------------------------
+INPUTS_CHANGED_ONE = "{function} changed its argument {names} in place"
+INPUTS_CHANGED_MANY = "{function} changed its arguments {names} in place"
+INPUTS_CHANGED = ("{said}: after the call the caller's array holds other values. {rule}: compute into new arrays "
+                  "(`x = x - m`, not `x -= m`, `out=x` or `x[i] = ...` on an argument)")
+
+# ---- the commands' own lines (cli.py: `make grade`, `make hint`, `make worked`, `make submit`) ----------------------
+CLI_WINDOWS = """\
+This kit runs on Linux, macOS and Windows through WSL2, not on Windows itself: its sandbox needs
+process limits and signals that Windows does not have. To use WSL2 (Ubuntu):
+  1. In PowerShell as administrator: wsl --install   (then restart, and open "Ubuntu")
+  2. In Ubuntu: sudo apt update && sudo apt install -y make python3.12 python3.12-venv git
+  3. Clone the repository inside Ubuntu (e.g. ~/attention, not /mnt/c/...) and run the same make
+     commands there (make grade, make submit). Editors such as VS Code open WSL folders directly."""
+CLI_ERROR = "error: {error}"
+CLI_UNKNOWN_STAGE = "error: unknown stage {stages}; stages: {known}"
+CLI_NOTE = "note: {note}"
+CLI_WROTE = "wrote {path}"
+CLI_REQUIRED_FAILING = "required to pass, and not passing: {stages}"
+CLI_WORKED = "{id:<28} {stage:<13} Article {article}, {section}: {quantity} = {expected}"
+CLI_SUBMIT_WROTE = "wrote {output} from {source}/"
+CLI_SUBMIT_WARNING = "  warning: {problem}"
+
+# ---- the other renderers (report/watch_screen.py, report/html.py, report/gradescope_json.py): their own words;
+# the rest is the terminal report's wording above -------------------------------------------------------------------
+BONUS_MARK = " (bonus)"  # after a bonus stage's name in a table
+PRINTED_HEADING = REPORT_PRINTED[0].upper() + REPORT_PRINTED[1:]  # 'Your code printed ...' where it opens a paragraph
+WATCH_TOP = "[{bar}] {done}/{total} core stages pass, {score:g}/{top:g} points   (watching; Ctrl-C to stop)"
+WATCH_STAGE = "  stage {number} {name}: {status}{blocked} ({score:g}/{max_score:g})"
+WATCH_STAGE_GRADING = "  stage {number} {name}: grading ..."
+WATCH_GRADING_USERS, WATCH_GRADING = "grading the stages that use it ...", "grading ..."
+WATCH_MACHINE = "  (this machine: {note})"
+HTML_TITLE = "Attention kit: grade report"
+HTML_HEADING = "Attention, stage by stage"
+HTML_GRADED = "Graded {submission} (seed {seed})"
+HTML_FAILING = "Failing checks"
+HTML_HINTS_FOR = "Hints for {stage}"
+HTML_PANELS = "yours", "reference", "|difference|"  # a heatmap's panels
+HTML_NOT_AVAILABLE = "not available:\n{error}"
+HTML_MATRIX_CUT = "(the first {rows} x {cols} of {n_rows} x {n_cols})"
+HTML_HINT_SUMMARY = "stage {number}: {name}: hint {rung}/{of}{about}"
+HTML_HINT_ABOUT = ", about the mistake this run named ({mistake})"
+HTML_HINT_MORE = "`make hint STAGE={stage}` gives this one, then the next"
+HTML_HINT_LAST = "the last rung of this ladder"
+HTML_NO_STEP = "(no step of this shape)"
+HTML_NO_STEP_LABEL = "no step of its shape"
+HTML_PART_HERE = "the values part here, {where}"
+HTML_STEPS_STAGE = "{stage}: in {function}"
+HTML_STEPS_COLUMNS = "step", "your line", "your value", "the reference's"
+HTML_STEPS_HEADING = "Where your values part from the reference's"
+HTML_STEPS_INTRO = ("Each row is a value one of your lines made (the first head, at most 8 x 8), beside the reference's "
+                    "value of the same step.")
+HTML_PICTURES = "Pictures: “she saw the cat”"
+HTML_HINTS = "Hints"
+HTML_HINTS_INTRO = "The next hint of each stage that does not pass yet, one rung at a time (as {command} gives them)."
+GRADESCOPE_PASSED = "passed"
+GRADESCOPE_NOTE = ". {note}"
+GRADESCOPE_DIAGNOSIS = "**Diagnosis** {diagnosis}"
+GRADESCOPE_SEE = "See {cite}."
+GRADESCOPE_TOTAL_FOLDED = "**{total:g}/{max_total:g}** (core {score:g}/{max_score:g} and bonus {bonus:g}/{max_bonus:g} together)"
+GRADESCOPE_TOTAL = "**{score:g}/{max_score:g}**"
+GRADESCOPE_BONUS_APART = " (bonus {bonus:g}/{max_bonus:g}, apart from the core points)"
+GRADESCOPE_NEXT_STEP = "**Next step:** "
+GRADESCOPE_TEST_NAME = "{number}. {stage}: {name}"
+GRADESCOPE_BONUS_APART_TEST = " (bonus, {points:g} apart)"  # a bonus check's name where the bonus is kept apart

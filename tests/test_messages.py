@@ -1,5 +1,7 @@
 """Each sentence a student can see lives in one place a maintainer can find: its stage's declaration
-(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py`.
+(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py`. One exception: the child
+(`autograder/child/`, copied alone into the sandbox) cannot import messages.py, so what it raises or prints (the
+run-time guard's refusal, the invariants' words) is written there; the walk reads it as the run's own text (3).
 
 The walk grades the stubs, the solutions and every catalogued mutant (`MUTANTS`; each stage's first in
 `make test-fast`, the rest slow: `tiered`), renders what a student sees (the terminal report, plain and `V=1`,
@@ -9,19 +11,29 @@ allowed modules wrote. The rule, line by line, with runs of whitespace read as o
 1. The skeletons: every string constant and f-string of `messages.py` and of the stage modules (those that
    declare a `STAGE`), read with ast. An f-string's `{...}` parts, and `{name}` / `%s`-style placeholders of
    `.format` and `%` templates, are wildcards; the literal text between them is the skeleton's. A skeleton is
-   used line by line (split at its newlines) and also whole (a docstring's paragraph is shown as one line).
-2. Each skeleton line with a word of two letters or more is searched for in the output line; where it matches,
-   its literal parts are covered. What a wildcard matched is not covered: it is a value, and must pass step 4.
-3. The values of the run are covered wherever they occur: the messages of the student's exceptions, what their
-   code printed, the lines of their files, and the message of a check that could not read their result
-   (Failure.UNREADABLE: what a library raised on their value): text the student wrote or the libraries raised.
+   used line by line (split at its newlines) and also whole (a docstring's paragraph is shown as one line); a
+   skeleton line with no word of two letters is not used.
+2. A skeleton line matches where all its literal parts appear in order (each the leftmost after the one before),
+   the first starting and the last ending at a word's edge unless a wildcard opens or closes the line; what lies
+   between two literal parts is what a wildcard matched. A match counts (its literal parts are covered) only when
+   every word in its wildcards is a value (3, 4) or lies in the literal parts of matches that count: a template's
+   value may be another whole template (nesting), never a piece of one. A line may be several matches side by side
+   (the code concatenates templates). A piece of a skeleton line covers nothing on its own.
+3. The values of the run are covered wherever they occur: the messages of the student's exceptions (the child's
+   own words among them), what their code printed, the lines of their files, and the message of a check that
+   could not read their result (Failure.UNREADABLE: what a library raised on their value).
 4. What is left must be values: a word (letters only, three or more) left uncovered fails the line unless it is
    a name: an identifier of the submission's files, of an allowed module (function, variable, argument,
    attribute, stage or check name), an exception's type, a folder of the submission's path. Numbers, paths,
    shapes and code are not words.
+5. A value broken across lines: a line opening with `[` (or `tensor([`, `...`) while a `[` of the lines before is
+   still open is a printed array's next line, joined to the line it broke before the rule applies. Nothing else
+   joins lines.
 
-`test_the_walk_sees_a_sentence_written_elsewhere` proves the rule can fail: a sentence added by a renderer, by
-the next step or by a hint, none of them written in the allowed modules, is flagged.
+`test_the_walk_sees_a_sentence_written_elsewhere` and `test_the_walk_sees_a_sentence_assembled_from_allowed_words`
+prove the rule can fail: a sentence added by a renderer, by the next step or by a hint, and one put together from
+pieces of allowed templates (which an older rule, where a piece of two words covered on its own, passed), are
+flagged.
 """
 import ast
 import re
@@ -38,6 +50,58 @@ from autograder.stages import CATALOGUE, STAGES
 
 PLACEHOLDER = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[sdrfgi]|\{[^{}\s]*\}")
 WORD = re.compile(r"(?<![\w./\\`'-])[A-Za-z]{3,}(?![\w./(\\`'-])")
+ARRAY_LINE = re.compile(r"\s*(?:\[|tensor\(\[|\.\.\.)")  # a printed array's continuation line
+
+
+def _skeleton_lines(sk: tuple) -> list[tuple]:
+    """One string's skeleton lines: each line as a tuple of literal parts (lower case, whitespace runs as one
+    space) and None for a wildcard; and the whole string as one line."""
+    split = []
+    for part in sk:  # the templates' own placeholders are wildcards too
+        if part is None:
+            split.append(None)
+            continue
+        for i, bit in enumerate(PLACEHOLDER.split(part)):
+            split += [None] * bool(i) + ([bit] if bit else [])
+    lines, whole = [[]], []
+    for part in split:
+        if part is None:
+            lines[-1].append(None)
+            whole.append(None)
+            continue
+        for i, chunk in enumerate(part.split("\n")):
+            if i:
+                lines.append([])
+            if chunk:
+                lines[-1].append(_space(chunk))
+        whole.append(_space(part))
+    out = []
+    for line in [*lines, whole]:
+        merged = []
+        for p in line:  # two literals in a row (a line of a string and its next, joined): one literal
+            if p is not None and merged and merged[-1] is not None:
+                merged[-1] += p
+            elif not (p is None and merged and merged[-1] is None):
+                merged.append(p)
+        if any(p is not None and re.search(r"[A-Za-z]{2}", p) for p in merged):
+            out.append(tuple(merged))
+    return out
+
+
+def _names(tree) -> set[str]:
+    """The identifiers a module defines or uses: what may stand as a value."""
+    found = set()
+    for n in ast.walk(tree):
+        for name in (getattr(n, "id", None), getattr(n, "attr", None), getattr(n, "arg", None),
+                     getattr(n, "name", None) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.alias)) else None):
+            if isinstance(name, str):
+                found.update(name.split("."))
+    return found
+
+
+def _space(text: str) -> str:
+    """Runs of whitespace as one space, lower case (a template may capitalise a declared sentence's first word)."""
+    return re.sub(r"\s+", " ", text).lower()
 
 
 def allowed_modules() -> list:
@@ -66,82 +130,63 @@ def _skeletons(tree) -> list[tuple]:
     return out
 
 
-def _names(tree) -> set[str]:
-    """The identifiers a module defines or uses: what may stand as a value."""
-    found = set()
-    for n in ast.walk(tree):
-        for name in (getattr(n, "id", None), getattr(n, "attr", None), getattr(n, "arg", None),
-                     getattr(n, "name", None) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.alias)) else None):
-            if isinstance(name, str):
-                found.update(name.split("."))
-    return found
-
-
-def _pattern(pieces: list) -> tuple | None:
-    """(its literal pieces in order, the longest) for one skeleton line: None for one with no word in it."""
-    lits = tuple(p for p in pieces if p is not None)
-    if not any(re.search(r"[A-Za-z]{2}", p) for p in lits):
-        return None
-    return lits, max(lits, key=len)
-
-
-def _space(text: str) -> str:
-    """Runs of whitespace as one space, lower case (a template may capitalise a declared sentence's first word)."""
-    return re.sub(r"\s+", " ", text).lower()
-
-
 @cache
 def allowed(paths: tuple = ()) -> tuple[dict, frozenset]:
-    """({a whole word inside a skeleton's longest literal ("" where none): the skeletons}, the names) of the
-    allowed modules (or of `paths`)."""
-    patterns, names = set(), set()
+    """({a whole word inside a skeleton line's longest literal ("" where none): those skeleton lines}, the names)
+    of the allowed modules (or of `paths`)."""
+    lines, names = set(), set()
     for path in paths or allowed_modules():
         tree = ast.parse(path.read_text())
         names |= _names(tree)
         for sk in _skeletons(tree):
-            split = []
-            for part in sk:  # the templates' own placeholders are wildcards too
-                if part is None:
-                    split.append(None)
-                    continue
-                for i, bit in enumerate(PLACEHOLDER.split(part)):
-                    split += [None] * bool(i) + ([bit] if bit else [])
-            lines, whole = [[]], []
-            for part in split:
-                if part is None:
-                    lines[-1].append(None)
-                    whole.append(None)
-                    continue
-                for i, chunk in enumerate(part.split("\n")):
-                    if i:
-                        lines.append([])
-                    if chunk:
-                        lines[-1].append(_space(chunk))
-                whole.append(_space(part))
-            # a value may break its line (a printed array): a piece of two words or more covers on its own too
-            alone = [[p] for p in whole if p and re.search(r"[A-Za-z]{2,}\W+[A-Za-z]{2,}|[A-Za-z]{5}", p)]
-            patterns.update(filter(None, map(_pattern, [*lines, whole, *alone])))
+            lines.update(_skeleton_lines(sk))
     index: dict = {}
-    for lits, longest in patterns:
+    for sk in lines:
+        longest = max((p for p in sk if p is not None), key=len)
         inside = [m.group() for m in re.finditer(r"\w{3,}", longest) if 0 < m.start() and m.end() < len(longest)]
-        index.setdefault(max(inside, key=len, default=""), []).append(lits)
+        index.setdefault(max(inside, key=len, default=""), []).append(sk)
     return index, frozenset(names)
 
 
-def _cover(line: str, lits: tuple, covered: list) -> None:
-    """Mark the literal pieces of every match of one skeleton in `line` (wildcards between them match anything:
-    the leftmost match of each piece after the one before is a match whenever there is one)."""
-    at = 0
-    while True:
-        spans = []
-        for lit in lits:
-            i = line.find(lit, at)
-            if i < 0:
-                return
-            spans.append((i, i + len(lit)))
-            at = i + len(lit)
-        for a, b in spans:
-            covered[a:b] = [True] * (b - a)
+def _in_word(line: str, i: int) -> bool:
+    """Whether position i falls between two letters or digits of one word."""
+    return 0 < i < len(line) and line[i - 1].isalnum() and line[i].isalnum()
+
+
+def _matches(line: str, sk: tuple) -> list[tuple[list, list]]:
+    """Every match of one skeleton line in `line`, as (its literals' spans, its inner wildcards' spans): its
+    literal parts in order, each the leftmost after the one before; a literal that opens or closes the skeleton
+    line starts or ends at a word's edge."""
+    lits = [p for p in sk if p is not None]
+    open_start, open_end = sk[0] is None, sk[-1] is None
+    out = []
+    start = line.find(lits[0])
+    while start >= 0:
+        if open_start or not _in_word(line, start):
+            spans, at = [], start
+            for lit in lits:
+                i = line.find(lit, at)
+                if i < 0:
+                    return out
+                spans.append((i, i + len(lit)))
+                at = i + len(lit)
+            if open_end or not _in_word(line, at):
+                out.append((spans, [(a[1], b[0]) for a, b in zip(spans, spans[1:])]))
+        start = line.find(lits[0], start + 1)
+    return out
+
+
+def logical_lines(text: str) -> list[str]:
+    """The text's lines, with a printed array's continuation lines (a line opening with '[' while a '[' of the
+    lines before is still open) joined to the line the array broke."""
+    out: list[list] = []
+    for raw in text.splitlines():
+        if out and out[-1][1] > 0 and ARRAY_LINE.match(raw):
+            out[-1][0] += " " + raw.strip()
+            out[-1][1] += raw.count("[") - raw.count("]")
+        else:
+            out.append([raw, raw.count("[") - raw.count("]")])
+    return [line for line, _ in out]
 
 
 def unexplained(text: str, values: list[str] = (), names: set[str] = frozenset(), paths: tuple = ()) -> list[str]:
@@ -151,15 +196,33 @@ def unexplained(text: str, values: list[str] = (), names: set[str] = frozenset()
     known = known | set(names)
     value_lines = {_space(v).strip() for text_ in values for v in text_.splitlines() if len(v.strip()) > 3}
     bad = []
-    for raw in text.splitlines():
-        line = _space(raw)
+    for raw in logical_lines(text):
+        spaced = re.sub(r"\s+", " ", raw)
+        line = spaced.lower()
+        if len(line) != len(spaced):  # a letter whose lower case is longer: read as written
+            line = spaced
         covered = [False] * len(line)
-        for value in value_lines:
-            _cover(line, (value,), covered)
-        for lits in [p for w in ("", *set(re.findall(r"\w+", line))) for p in index.get(w, ())]:
-            _cover(line, lits, covered)
-        words = [m.group() for m in WORD.finditer(re.sub(r"\s+", " ", raw))
-                 if not all(covered[m.start():m.end()]) and m.group() not in known]
+        for value in value_lines:  # the run's own text, wherever it is
+            at = line.find(value)
+            while at >= 0:
+                covered[at:at + len(value)] = [True] * len(value)
+                at = line.find(value, at + 1)
+        need = [(m.start(), m.end()) for m in WORD.finditer(spaced)
+                if m.group() not in known and not all(covered[m.start():m.end()])]
+        if not need:
+            continue
+        found = [m for w in ("", *set(re.findall(r"\w+", line))) for sk in index.get(w, ()) for m in _matches(line, sk)]
+        accepted: set = set()
+        while True:  # a match whose wildcards hold only values and accepted matches' literals is accepted
+            new = [k for k, (spans, gaps) in enumerate(found) if k not in accepted and all(
+                all(covered[a:b]) for a, b in need if any(a < g1 and g0 < b for g0, g1 in gaps))]
+            if not new:
+                break
+            for k in new:
+                accepted.add(k)
+                for a, b in found[k][0]:
+                    covered[a:b] = [True] * (b - a)
+        words = [spaced[a:b] for a, b in need if not all(covered[a:b])]
         if words:
             bad.append(f"{raw.strip()}    <- not from the allowed modules: {' '.join(words)}")
     return bad
@@ -254,6 +317,25 @@ def test_the_walk_sees_a_sentence_written_elsewhere(solutions_result, tmp_path, 
     # and one hidden in the next step, after an allowed template
     step = solutions_result.next_step + " Well done, go get a coffee now."
     assert unexplained(step, values, names) and not unexplained(solutions_result.next_step, values, names)
+
+
+# written nowhere: the words of four allowed templates ('Look at {where}. {question}', the mask inverted (`~` added),
+# ', then ', 'the failing {stage} check passes') put together around a value
+ASSEMBLED = "Look at the mask inverted (`~` added), then the failing softmax check passes"
+
+
+def test_the_walk_sees_a_sentence_assembled_from_allowed_words():
+    """A piece of an allowed template does not cover on its own: the sentence above, which an older walk passed
+    (a piece of two words or more of any allowed string covered), is flagged, and so is a parting line put
+    together from allowed words; templates used whole, one nested in another, pass."""
+    assert unexplained(ASSEMBLED)
+    assert unexplained("with the mask inverted (`~` added) on line 14, then the weights are normalised along another "
+                       "axis than the keys, so a query's weights do not sum to 1")
+    assert not unexplained("Look at masking.py, function apply_mask. Is any factor applied to the weights after softmax?")
+    assert not unexplained("confirmed: with the mask inverted (`~` added) on line 14, the failing masking check passes")
+    # the parting line's words (feedback/relations.py, now in messages.py): a template inside a template
+    assert not unexplained("line 14: your `weights` equals the reference's weights with the mask inverted (True where "
+                           "the reference hides: True must mean may attend)")
 
 
 def test_messages_is_a_leaf():

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from .. import messages as say
 from ..declarations import Probe
 from ..evidence.probes import EXTRA
 from ..outcomes import Fail, StudentAborted, StudentError
@@ -80,7 +81,7 @@ def locate(api, ref, stage: str, snap: Snapshot) -> Located | None:
             if followed is not None:  # nothing could be traced: the function's first line, and the pointer says so
                 body = _body_lines(snap, p.file, p.function)
                 return Located(p.stage, p.file, p.function, body[0][0], diagnosis, evidence,
-                               how="no values could be traced, so this is the function's first line") \
+                               how=say.PART_NO_TRACE) \
                     if body else None
             func = _follow_return(snap, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
                 else p.function
@@ -141,7 +142,7 @@ def _mutation(api, p: Probe, passed: set[tuple[str, str]]) -> Located | None:
     step = {"label": "", "line": int(r["line"]), "function": r.get("function"), "name": r["name"], "verdict": "wrong",
             "got": _small(r.get("value")), "want": None, "relation": relations.mutated_words(int(r["line"]), r["mutated"])}
     return Located(p.stage, r["file"], str(r.get("function")), int(r["line"]), None,
-                   f"the call changed its argument `{r['mutated']}` in place", steps=[step])
+                   say.PART_MUTATED_EVIDENCE.format(param=r["mutated"]), steps=[step])
 
 
 def follow_sdpa(api, p: Probe, snap: Snapshot) -> dict | None:
@@ -161,8 +162,8 @@ def follow_sdpa(api, p: Probe, snap: Snapshot) -> dict | None:
             words, argument = found
             call = int(r["line"])
             made = argument_line(snap, r["file"], call, argument)  # `p = ...` above the call
-            said = (f"line {made}: this makes the {argument} of your scaled_dot_product_attention call on line {call}, "
-                    f"which {words}") if made else f"line {call}: your scaled_dot_product_attention call {words}"
+            said = say.SDPA_LINE_MADE.format(made=made, argument=argument, call=call, words=words) if made \
+                else say.SDPA_LINE.format(call=call, words=words)
             return {"label": "the scaled_dot_product_attention call", "line": made or call, "file": r["file"],
                     "function": r.get("function"), "name": r["name"], "verdict": "wrong", "got": None, "want": None,
                     "relation": said}
@@ -242,9 +243,8 @@ def dropped_result(r: dict, records: list[dict], around: list[dict], want) -> di
             callee = str(h.get("function"))
             return {"label": label, "line": int(line), "file": file, "function": function, "name": "(not kept)",
                     "verdict": "wrong", "got": None, "want": _small(h["value"]),
-                    "relation": f"line {int(line)}: the value `{callee}` returns here ({label.removeprefix('the ')}) "
-                                f"is not kept: no variable takes it, so `{r.get('function')}` later works on "
-                                "what was there before"}
+                    "relation": say.PART_NOT_KEPT.format(line=int(line), callee=callee, step=label.removeprefix("the "),
+                                                         function=r.get("function"))}
     return None
 
 
@@ -376,9 +376,8 @@ def _judge_slot(r: dict, i: int, answer: tuple, verdict: str, label: str | None,
     matched = [next((k for k, a in enumerate(answer) if _same(v, a)), None) for v in returned]
     permuted = len(matched) == len(answer) and None not in matched and len(set(matched)) == len(answer)
     if j is not None and permuted:
-        words = (f"holds what the function should return in place {j}, not {i}: the values are returned in another "
-                 f"order than the docstring's")
-        return "wrong", label or f"returned value [{i}]", {**r, "relation": words}
+        words = say.PART_RETURN_ORDER.format(j=j, i=i)
+        return "wrong", label or say.PART_RETURN_SLOT.format(i=i), {**r, "relation": words}
     return ("wrong" if verdict != "other" else verdict), label, r
 
 
@@ -389,8 +388,8 @@ def _named(r: dict, verdict: str, label: str | None, want: list[tuple[str, np.nd
     labels = [lb for lb, _ in want]
     if verdict == "skipped" and r["name"] == "return" and label in labels and labels.index(label) + 1 < len(labels):
         after = labels[labels.index(label) + 1:]
-        return label, f"and stops there: the steps after it ({', '.join(a.removeprefix('the ') for a in after[:2])}" \
-                      f"{', ...' if len(after) > 2 else ''}) are left out"
+        shown = ", ".join(a.removeprefix("the ") for a in after[:2]) + (", ..." if len(after) > 2 else "")
+        return label, say.PART_STOPS.format(steps=shown)
     if r.get("corner"):
         return None
     g = _squeezed(np.asarray(r["value"], dtype=np.float64))
@@ -430,9 +429,8 @@ def _error_diagnosis(p: Probe, info: dict, right: set[str]) -> tuple[str | None,
     # the cache is full only because forward appended more than it was given (not a capacity test off by one)
     if p.name == "module_decode" and info.get("type") == "ValueError" and info.get("file") == "kv_cache.py" \
             and "kv_cache_probe" in right:
-        return ("inferred-cache-contents", "feeding 6 tokens in chunks of 3, 1 and 2 into a cache of max_len 6 "
-                f"filled it before the end ({info.get('message', '')}): forward writes more positions than it is given")
-    return None, f"raised {info.get('type')}: {info.get('message', '')}"
+        return "inferred-cache-contents", say.PART_CACHE_OVERFILLED.format(message=info.get("message", ""))
+    return None, say.PART_RAISED.format(type=info.get("type"), message=info.get("message", ""))
 
 
 # -- lines ------------------------------------------------------------------------------------------
@@ -535,5 +533,5 @@ def attach(sr, loc: Located | None, done: dict) -> None:
         if not r.passed and not r.not_run:
             r.diagnosis = loc.diagnosis
             r.where = loc.where
-            r.message = (r.message + "\n" if r.message else "") + f"(the evidence: {loc.evidence})"
+            r.message = (r.message + "\n" if r.message else "") + say.PART_EVIDENCE.format(evidence=loc.evidence)
             return

@@ -13,6 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .. import messages as say
 from ..evidence.inference import rearranged
 
 Steps = list[tuple[str, np.ndarray]]
@@ -67,17 +68,17 @@ def _mask_changes(allowed: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
     """(words, changed mask) for a [n_q, n_k] causal mask: inverted, shifted, top-left, transposed."""
     n_q, n_k = allowed.shape[-2:]
     i, j = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
-    yield "with the mask inverted (True where the reference hides: True must mean may attend)", ~allowed
+    yield say.PART_MASK_INVERTED, ~allowed
     if np.array_equal(allowed, np.broadcast_to(j <= i + (n_k - n_q), allowed.shape)):
         if n_q != n_k:
-            yield (f"with the mask aligned top-left (query i sees keys j <= i); the queries are the last {n_q} of "
-                   f"{n_k} positions, so query i sees keys j <= i{n_k - n_q:+d}"), np.broadcast_to(j <= i, allowed.shape)
-        yield "with the mask shifted one diagonal: each query also sees the next key", \
+            yield say.PART_MASK_TOP_LEFT.format(n_q=n_q, n_k=n_k, offset=n_k - n_q), \
+                np.broadcast_to(j <= i, allowed.shape)
+        yield say.PART_MASK_NEXT_KEY, \
             np.broadcast_to(j <= i + (n_k - n_q) + 1, allowed.shape)
-        yield "with the mask shifted one diagonal: each query misses its own key", \
+        yield say.PART_MASK_OWN_KEY, \
             np.broadcast_to(j < i + (n_k - n_q), allowed.shape)
     if n_q == n_k:
-        yield "with the mask transposed (built per column, j >= i, instead of per row)", np.swapaxes(allowed, -1, -2)
+        yield say.PART_MASK_TRANSPOSED, np.swapaxes(allowed, -1, -2)
 
 
 def mask_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
@@ -104,7 +105,7 @@ def mask_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
         if _eq(g, cand):
             return words
     if label in ("the weights", "the softmax") and scores is not None and _eq(g, _softmax(scores)):
-        return "with no mask applied (every key visible to every query)"
+        return say.PART_NO_MASK
     return None
 
 
@@ -116,7 +117,7 @@ def skipped_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
     allowed = _step(steps, MASK)
     unscaled = raw if allowed is None else _masked(raw, np.broadcast_to(allowed.astype(bool), raw.shape))
     cand = _softmax(unscaled) if label == "the weights" else unscaled
-    return "with no scale: q k^T is not divided by sqrt(d_k)" if _eq(g, cand) else None
+    return say.PART_NO_SCALE if _eq(g, cand) else None
 
 
 def reduction_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
@@ -142,10 +143,10 @@ def reduction_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
                     cand = src - cand
                 elif label == "their exponentials":
                     cand = np.exp(src - cand)
-        other = "the queries'" if axis == src.ndim - 2 else "a leading"
+        other = say.PART_QUERIES_AXIS if axis == src.ndim - 2 else say.PART_LEADING_AXIS
         if _eq(g, cand) or (make is not None and label in REDUCTIONS and _eq(g, make(src, axis=axis))):
-            what = "normalised" if make is None else "taken"
-            return f"{what} over axis {axis} ({other} axis) instead of the last (each row over its keys)"
+            how = say.PART_NORMALISED if make is None else say.PART_TAKEN
+            return say.PART_OTHER_AXIS.format(how=how, axis=axis, which=other)
     return None
 
 
@@ -155,10 +156,9 @@ def operand_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
     for lb, w in steps:
         if lb != label and _eq(g, w) and label in labels and labels.index(lb) < labels.index(label) \
                 and not {lb, label} & BARE:
-            return f"left out: it equals the reference's {lb.removeprefix('the ')}, the step before, unchanged"
+            return say.PART_LEFT_OUT.format(step=lb.removeprefix("the "))
         if lb != label and _eq(g, w):
-            return (f"holds the reference's {lb.removeprefix('the ')} where its {label.removeprefix('the ')} belongs "
-                    "(an operand swapped)")
+            return say.PART_SWAPPED.format(other=lb.removeprefix("the "), step=label.removeprefix("the "))
     return None
 
 
@@ -172,10 +172,10 @@ def axes_relation(g: np.ndarray, want: np.ndarray) -> str | None:
         return None
     perm, read_back = found
     if read_back:
-        return f"read in the memory order of the axes {perm}: a reshape where the axes had to be moved first"
+        return say.PART_READ_BACK.format(perm=perm)
     swapped = sorted(a for a, b in enumerate(perm) if a != b)
-    return (f"with axes {swapped[0]} and {swapped[1]} swapped (a transpose too many or too few)"
-            if len(swapped) == 2 else f"with its axes in the order {perm}")
+    return (say.PART_AXES_SWAPPED.format(a=swapped[0], b=swapped[1])
+            if len(swapped) == 2 else say.PART_AXES_ORDER.format(perm=perm))
 
 
 def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None:
@@ -192,18 +192,17 @@ def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None
         d_k = round(float(np.sum(raw * scaled) / np.sum(scaled ** 2)) ** 2)
         if np.array_equal(want, scaled):  # the scale itself: what q k^T was divided by
             divisor = math.sqrt(d_k) / a
-            for name, v in ((f"d_k = {d_k}", d_k), (f"d_k**2 = {d_k ** 2}", d_k ** 2),
-                            (f"1/sqrt(d_k) = {1 / math.sqrt(d_k):g} (a multiplication where a division belongs)",
-                             1 / math.sqrt(d_k))):
+            for name, v in ((say.PART_D_K.format(value=d_k), d_k), (say.PART_D_K_SQUARED.format(value=d_k ** 2), d_k ** 2),
+                            (say.PART_INVERSE_SQRT.format(value=1 / math.sqrt(d_k)), 1 / math.sqrt(d_k))):
                 if abs(divisor / v - 1) < 1e-3:
-                    return f"made with q k^T divided by {name} instead of sqrt(d_k) = {math.sqrt(d_k):g}"
+                    return say.PART_DIVISOR.format(name=name, right=math.sqrt(d_k))
             return None
-        names.update({f"sqrt(d_k) = {math.sqrt(d_k):g}": math.sqrt(d_k), f"d_k = {d_k}": d_k})
-    names.setdefault(f"n = {want.shape[-1]}", want.shape[-1])
+        names.update({say.PART_SQRT_D_K.format(value=math.sqrt(d_k)): math.sqrt(d_k), say.PART_D_K.format(value=d_k): d_k})
+    names.setdefault(say.PART_N.format(value=want.shape[-1]), want.shape[-1])
     for name, value in names.items():
         for inverse, v in ((False, value), (True, 1 / value)):
             if abs(a / v - 1) < 1e-3:
-                return f"{'divided by' if inverse else 'times'} {name}"
+                return (say.PART_DIVIDED if inverse else say.PART_TIMES).format(name=name)
     return None
 
 
@@ -214,11 +213,9 @@ def power_relation(g: np.ndarray, want: np.ndarray, label: str) -> str | None:
         return None
     what = label.removeprefix("the ")
     if _eq(g, np.sqrt(want)):
-        return f"the square root of the reference's {what}" + \
-            (" (a standard deviation where the variance belongs)" if "variance" in label else "")
+        return say.PART_SQUARE_ROOT.format(step=what) + (say.PART_SQUARE_ROOT_VARIANCE if "variance" in label else "")
     if _eq(g, want ** 2):
-        return f"the square of the reference's {what}" + \
-            (" (the variance where a standard deviation belongs)" if "deviation" in label else "")
+        return say.PART_SQUARE.format(step=what) + (say.PART_SQUARE_DEVIATION if "deviation" in label else "")
     return None
 
 
@@ -226,7 +223,7 @@ def dtype_relation(g: np.ndarray, want: np.ndarray) -> str | None:
     if g.shape != want.shape or not np.all(np.isfinite(g)) or np.array_equal(g, want):
         return None
     rounded = want.astype(np.float16).astype(np.float64)
-    return "rounded to float16 (a smaller float type on the way)" if np.array_equal(g.astype(np.float16), g) and \
+    return say.PART_FLOAT16 if np.array_equal(g.astype(np.float16), g) and \
         _eq(g, rounded) and np.allclose(g, rounded, rtol=2 ** -10, atol=1e-4) else None
 
 
@@ -252,17 +249,16 @@ def relation(value: np.ndarray, labels: list[str], steps: Steps) -> tuple[str, s
 
 def in_words(line: int, name: str, label: str, words: str) -> str:
     """'line 14: your `weights` equal the reference's weights with the mask inverted (...)'"""
-    shown = "returned value" + name[len("return"):] if name.startswith("return") else name
+    shown = say.PART_RETURNED + name[len("return"):] if name.startswith("return") else name
     if words.startswith("the square"):
-        return f"line {line}: your `{shown}` is {words}"
+        return say.PART_LINE_IS.format(line=line, name=shown, words=words)
     if words.startswith(("holds ", "writes ")):
-        return f"line {line}: your `{shown}` {words}"
-    return f"line {line}: your `{shown}` equals the reference's {label.removeprefix('the ')} {words}"
+        return say.PART_LINE_DOES.format(line=line, name=shown, words=words)
+    return say.PART_LINE_EQUALS.format(line=line, name=shown, step=label.removeprefix("the "), words=words)
 
 
 def mutated_words(line: int, param: str) -> str:
-    return (f"line {line}: your code writes into `{param}`, the array the caller passed in (an argument changed in "
-            "place): work on a copy, or make a new array")
+    return say.PART_MUTATED.format(line=line, param=param)
 
 
 def sdpa_difference(call: dict, causal: bool, dropout: float, training: bool) -> tuple[str, str] | None:
@@ -280,27 +276,24 @@ def sdpa_difference(call: dict, causal: bool, dropout: float, training: bool) ->
         seen = seen & (j <= i)
     if seen.shape == want.shape and not np.array_equal(seen, want):
         if not call.get("is_causal") and not call.get("masked"):
-            return "sets neither is_causal nor attn_mask: every query sees every key, the later ones too", "is_causal"
+            return say.SDPA_NO_MASK, "is_causal"
         if call.get("is_causal") and not causal:
-            return "sets is_causal=True where causal=False: every query must see every key", "is_causal"
+            return say.SDPA_CAUSAL_NOT_ASKED, "is_causal"
         if call.get("is_causal") and t_q != t_k:
-            return (f"uses is_causal=True with {t_q} queries and {t_k} keys: is_causal aligns top-left (query i sees "
-                    f"keys j <= i), while the queries are the last {t_q} positions (j <= i{t_k - t_q:+d}): pass the "
-                    "bottom-right mask as attn_mask instead"), "is_causal"
+            return say.SDPA_TOP_LEFT.format(t_q=t_q, t_k=t_k, offset=t_k - t_q), "is_causal"
         for words, m in _mask_changes(want) if causal else ():
             if np.array_equal(seen, m):
-                return "passes an attn_mask " + words.removeprefix("with the mask "), "attn_mask"
+                return say.SDPA_MASK.format(words=words.removeprefix("with the mask ")), "attn_mask"
         if call.get("masked") and not call.get("is_causal") and causal:
-            return (f"passes an attn_mask that lets the queries see other keys than the causal ones (query i sees "
-                    f"keys j <= i{t_k - t_q:+d})"), "attn_mask"
+            return say.SDPA_OTHER_KEYS.format(offset=t_k - t_q), "attn_mask"
         return None
     p = float(call.get("dropout_p", 0.0))
     if abs(p - dropout) > 1e-9:
-        return (f"passes dropout_p={p:g} while training={training}: dropout belongs in training only" if not training
-                else f"passes dropout_p={p:g} where training=True asks for dropout_p={dropout:g}"), "dropout_p"
+        return (say.SDPA_DROPOUT_EVAL.format(p=p, training=training) if not training
+                else say.SDPA_DROPOUT.format(p=p, dropout=dropout)), "dropout_p"
     scale = call.get("scale")
     if scale is not None and abs(scale * math.sqrt(d) - 1) > 1e-4:
-        return f"passes scale={scale:.4g}, where the default 1/sqrt(D) = {1 / math.sqrt(d):.4g} is right", "scale"
+        return say.SDPA_SCALE.format(scale=scale, right=1 / math.sqrt(d)), "scale"
     return None
 
 

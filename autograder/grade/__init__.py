@@ -32,7 +32,7 @@ from ..outcomes import (
     plain,
 )
 from ..results import NIE, CheckResult, CheckStatus, Failure, Results, StageResult, Where
-from ..sandbox.runner import BUDGET_MESSAGE, Worker, capped, close_launchers, prestart, protections
+from ..sandbox.runner import Worker, capped, close_launchers, prestart, protections
 from ..sandbox.safe_files import Snapshot, UnusableFile, take
 from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, child_kinds, mistakes_of, stage_of_file
 from ..stages.common import imported_libraries, start_measurements
@@ -135,7 +135,7 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
             continue
         deadline = getattr(worker, "deadline", None)
         if not aborted and deadline is not None and time.monotonic() >= deadline:
-            aborted = BUDGET_MESSAGE.format(worker.budget_s)
+            aborted = say.BUDGET_SPENT.format(budget=worker.budget_s)
             budget_out = True
         if missing:
             results.append(not_run(c, f"{', '.join(missing)} missing from the submission", Failure.MISSING))

@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+from .. import messages as say
 from ..feedback.advice import STATUS_WORD, diagnosis_text
 from ..outcomes import plain
 from ..results import CheckResult, Results, StageResult, StageStatus
@@ -44,38 +45,42 @@ def check_output(r: CheckResult, sr: StageResult) -> str:
     """A check's message in Markdown: what it checks, the diagnosis, then the evidence verbatim."""
     c = r.check
     if r.passed:
-        return "passed" + (f". {md_text(r.note)}" if r.note else "")
+        return say.GRADESCOPE_PASSED + (say.GRADESCOPE_NOTE.format(note=md_text(r.note)) if r.note else "")
     if r.forgiven:
         return md_text(r.message)
-    parts = [f"blocked by {sr.blocked_by}" if sr.status == StageStatus.BLOCKED else "", md_text(c.doc)]
+    blocked = say.STATUS_WORD["blocked"] + " " + say.BLOCKED_BY.format(stage=sr.blocked_by)
+    parts = [blocked if sr.status == StageStatus.BLOCKED else "", md_text(c.doc)]
     if r.diagnosis:
-        parts.append("**Diagnosis** " + md_text(diagnosis_text(r.diagnosis)))
+        parts.append(say.GRADESCOPE_DIAGNOSIS.format(diagnosis=md_text(diagnosis_text(r.diagnosis))))
     if r.message:
         parts.append(md_block("\n".join(r.message.splitlines())))
     if r.output:
-        parts += ["Your code printed (stdout and stderr, during this check):", md_block(r.output)]
+        parts += [say.PRINTED_HEADING, md_block(r.output)]
     if c.cite:
-        parts.append(md_text(f"See {c.cite}."))
+        parts.append(md_text(say.GRADESCOPE_SEE.format(cite=c.cite)))
     return "\n\n".join(p for p in parts if p)
 
 
 def summary(res: Results, notes: list[str] = (), bonus_policy: str = DEFAULT_BONUS_POLICY) -> str:
     """The top-level output in Markdown: the total (as the score counts it under `bonus_policy`), the stage
     table, notes on the upload, the next step."""
-    rows = [f"| {s.number} | {s.name}{' (bonus)' if s.bonus else ''} | {sr.score:g}/{sr.max_score:g} | "
-            f"{STATUS_WORD[sr.status]}{f' by {sr.blocked_by}' if sr.blocked_by else ''} |"
+    rows = [f"| {s.number} | {s.name}{say.BONUS_MARK if s.bonus else ''} | {sr.score:g}/{sr.max_score:g} | "
+            f"{STATUS_WORD[sr.status]}{' ' + say.BLOCKED_BY.format(stage=sr.blocked_by) if sr.blocked_by else ''} |"
             for s in SHOWN_ORDER if (sr := res.stages.get(s.name))]
     if bonus_policy == "folded" and res.bonus_max_score:
-        total = (f"**{res.score + res.bonus_score:g}/{res.max_score + res.bonus_max_score:g}** (core "
-                 f"{res.score:g}/{res.max_score:g} and bonus {res.bonus_score:g}/{res.bonus_max_score:g} together)")
+        total = say.GRADESCOPE_TOTAL_FOLDED.format(
+            total=res.score + res.bonus_score, max_total=res.max_score + res.bonus_max_score, score=res.score,
+            max_score=res.max_score, bonus=res.bonus_score, max_bonus=res.bonus_max_score)
     else:
-        total = f"**{res.score:g}/{res.max_score:g}**" + (f" (bonus {res.bonus_score:g}/{res.bonus_max_score:g}, "
-                                                          "apart from the core points)" if res.bonus_max_score else "")
-    parts = [total, "| # | stage | points | status |\n|---|---|---|---|\n" + "\n".join(rows)]
+        total = say.GRADESCOPE_TOTAL.format(score=res.score, max_score=res.max_score) + (
+            say.GRADESCOPE_BONUS_APART.format(bonus=res.bonus_score, max_bonus=res.bonus_max_score)
+            if res.bonus_max_score else "")
+    head = " | ".join(("#", *say.REPORT_COLUMNS))
+    parts = [total, f"| {head} |\n|---|---|---|---|\n" + "\n".join(rows)]
     notes = [*notes, *([res.ignored_note] if res.ignored_note else [])]
     if notes:
         parts.append("\n".join(f"- {md_text(n)}" for n in notes))
-    parts.append("**Next step:** " + md_text(res.next_step))
+    parts.append(say.GRADESCOPE_NEXT_STEP + md_text(res.next_step))
     return "\n\n".join(parts)
 
 
@@ -85,7 +90,8 @@ def test_entry(r: CheckResult, sr: StageResult, index: int, hidden_visibility: s
     number = BY_NAME[c.stage].number
     counted = bonus_policy == "folded" or not BY_NAME[c.stage].bonus  # apart, a bonus check is worth 0 here
     return {
-        "name": f"{number}. {c.stage}: {c.name}" + ("" if counted else f" (bonus, {c.points:g} apart)"),
+        "name": say.GRADESCOPE_TEST_NAME.format(number=number, stage=c.stage, name=c.name)
+        + ("" if counted else say.GRADESCOPE_BONUS_APART_TEST.format(points=c.points)),
         "number": f"{number}.{index}",
         "score": r.score if counted else 0.0,
         "max_score": c.points if counted else 0.0,

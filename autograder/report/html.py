@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import messages as say
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..feedback.hints import upcoming
 from ..feedback.sources import rel
@@ -49,14 +50,16 @@ def heatmap_figure(item: dict) -> str:
     import matplotlib.pyplot as plt
 
     rows, cols = item["labels"]
-    panels = [("yours", item["student"]), ("reference", item["reference"])]
+    yours, reference, difference = say.HTML_PANELS
+    panels = [(yours, item["student"]), (reference, item["reference"])]
     if item["student"] is not None and np.shape(item["student"]) == np.shape(item["reference"]):
-        panels.append(("|difference|", np.abs(np.asarray(item["student"]) - np.asarray(item["reference"]))))
+        panels.append((difference, np.abs(np.asarray(item["student"]) - np.asarray(item["reference"]))))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2))
     for ax, (name, m) in zip(np.atleast_1d(axes), panels):
         ax.set_title(name)
         if m is None:
-            ax.text(0.5, 0.5, "not available:\n" + (item["error"] or "")[:80], ha="center", va="center", wrap=True)
+            ax.text(0.5, 0.5, say.HTML_NOT_AVAILABLE.format(error=(item["error"] or "")[:80]), ha="center", va="center",
+                    wrap=True)
             ax.set_axis_off()
             continue
         m = np.asarray(m, dtype=float)
@@ -87,8 +90,9 @@ def _cells(a: dict) -> str:
                           for j, v in enumerate(row[:MATRIX_SHOWN]))
             rows.append(f"<tr>{tds}</tr>")
         n_rows, n_cols = len(m), max((len(r) for r in m), default=0)
-        cut = (f" <span class='cut'>(the first {min(n_rows, MATRIX_SHOWN)} x {min(n_cols, MATRIX_SHOWN)} of "
-               f"{n_rows} x {n_cols})</span>" if n_rows > MATRIX_SHOWN or n_cols > MATRIX_SHOWN else "")
+        said = say.HTML_MATRIX_CUT.format(rows=min(n_rows, MATRIX_SHOWN), cols=min(n_cols, MATRIX_SHOWN),
+                                          n_rows=n_rows, n_cols=n_cols)
+        cut = f" <span class='cut'>{said}</span>" if n_rows > MATRIX_SHOWN or n_cols > MATRIX_SHOWN else ""
         return f"<div class='matrix'><table><caption>{key}{cut}</caption>{''.join(rows)}</table></div>"
 
     return f"<div class='cells'>{table('expected')}{table('got')}</div>"
@@ -98,18 +102,17 @@ def _hint(res: Results, stage) -> str:
     """The rung `make hint STAGE=<stage>` gives next (the report does not climb the ladder; `make hint` does)."""
     sr = res.stages[stage.name]
     h = upcoming(res.submission, stage.name, sr.diagnoses)
-    about = f", about the mistake this run named ({h['mistake']})" if h["mistake"] else ""
-    more = ("`make hint STAGE={}` gives this one, then the next".format(stage.name) if h["rung"] < h["of"]
-            else "the last rung of this ladder")
-    return (f"<details id='hint-{stage.name}' class='hint'><summary>stage {stage.number}: {stage.name}: "
-            f"hint {h['rung']}/{h['of']}{html.escape(about)}</summary><p>{html.escape(plain(h['text']))}</p>"
-            f"<p class='cut'>{html.escape(more)}</p></details>")
+    about = say.HTML_HINT_ABOUT.format(mistake=h["mistake"]) if h["mistake"] else ""
+    more = say.HTML_HINT_MORE.format(stage=stage.name) if h["rung"] < h["of"] else say.HTML_HINT_LAST
+    summary = say.HTML_HINT_SUMMARY.format(number=stage.number, name=stage.name, rung=h["rung"], of=h["of"], about=about)
+    return (f"<details id='hint-{stage.name}' class='hint'><summary>{html.escape(summary)}</summary>"
+            f"<p>{html.escape(plain(h['text']))}</p><p class='cut'>{html.escape(more)}</p></details>")
 
 
 def _matrix(values) -> str:
     """A small value (the located steps keep at most 8 x 8 of one head) as a table of numbers."""
     if values is None:
-        return "<td>(no step of this shape)</td>"
+        return f"<td>{html.escape(say.HTML_NO_STEP)}</td>"
     rows = values if values and isinstance(values[0], list) else [values]
     body = "".join("<tr>" + "".join(f"<td>{float(v):.3g}</td>" for v in row) + "</tr>" for row in rows)
     return f"<td><table class='step'>{body}</table></td>"
@@ -125,23 +128,25 @@ def _steps(res: Results, e) -> str:
         rows = []
         for st in loc.steps:
             parted = st["verdict"] != "right"
-            mark = f" &larr; the values part here, {e(loc.file)}:{st['line']}" if parted else ""
-            rows.append(f"<tr class='{'failed' if parted else 'passed'}'><td>{e(st['label'] or 'no step of its shape')}"
+            mark = " &larr; " + e(say.HTML_PART_HERE.format(where=f"{loc.file}:{st['line']}")) if parted else ""
+            rows.append(f"<tr class='{'failed' if parted else 'passed'}'><td>{e(st['label'] or say.HTML_NO_STEP_LABEL)}"
                         f"{mark}</td><td>{e(st['function'])}:{st['line']} <code>{e(st['name'])}</code></td>"
                         f"{_matrix(st['got'])}{_matrix(st['want'])}</tr>")
-        parts.append(f"<h3>{e(stage)}: in {e(loc.function)}</h3><table class='steps'><tr><th>step</th>"
-                     f"<th>your line</th><th>your value</th><th>the reference's</th></tr>{''.join(rows)}</table>")
+        heads = "".join(f"<th>{html.escape(h, quote=False)}</th>" for h in say.HTML_STEPS_COLUMNS)
+        parts.append(f"<h3>{e(say.HTML_STEPS_STAGE.format(stage=stage, function=loc.function))}</h3>"
+                     f"<table class='steps'><tr>{heads}</tr>{''.join(rows)}</table>")
     if not parts:
         return ""
-    return ("<h2>Where your values part from the reference's</h2><p>Each row is a value one of your lines made "
-            "(the first head, at most 8 x 8), beside the reference's value of the same step.</p>" + "".join(parts))
+    return (f"<h2>{html.escape(say.HTML_STEPS_HEADING, quote=False)}</h2>"
+            f"<p>{html.escape(say.HTML_STEPS_INTRO, quote=False)}</p>"
+            + "".join(parts))
 
 
 def _printed(output: str) -> str:
     """What the student's code printed during the check, under it."""
     if not output:
         return ""
-    return (f"<p>Your code printed (stdout and stderr, during this check):</p>"
+    return (f"<p>{html.escape(say.PRINTED_HEADING)}</p>"
             f"<pre class='printed'>{html.escape(output)}</pre>")
 
 
@@ -149,44 +154,46 @@ def render(res: Results) -> str:
     def e(text: str) -> str:  # escaped, and without the control characters a submission's text may carry
         return html.escape(plain(text))
 
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>Attention kit: grade report</title>"
+    graded = say.HTML_GRADED.format(submission=f"<code>{e(rel(res.submission))}</code>", seed=res.seed)
+    heads = "".join(f"<th>{e(h)}</th>" for h in ("#", *say.REPORT_COLUMNS))
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(say.HTML_TITLE)}</title>"
            f"<style>{CSS}</style></head><body>",
-           f"<h1>Attention, stage by stage</h1><p>Graded <code>{e(rel(res.submission))}</code> "
-           f"(seed {res.seed})</p>",
-           "<table id='stages'><tr><th>#</th><th>stage</th><th>points</th><th>status</th></tr>"]
+           f"<h1>{e(say.HTML_HEADING)}</h1><p>{graded}</p>",
+           f"<table id='stages'><tr>{heads}</tr>"]
     for s in SHOWN_ORDER:
         sr = res.stages.get(s.name)
         if sr is None:
             continue
         status = STATUS_WORD[sr.status] + (" " + blocked_note(sr, res) if sr.blocked_by else "")
-        out.append(f"<tr class='{sr.status}'><td>{s.number}</td><td class='name'>{s.name}{' (bonus)' if s.bonus else ''}"
+        out.append(f"<tr class='{sr.status}'><td>{s.number}</td><td class='name'>{s.name}{say.BONUS_MARK if s.bonus else ''}"
                    f"</td><td>{sr.score:g}/{sr.max_score:g}</td><td class='name'>{e(status)}</td></tr>")
-    out.append(f"<tr><th></th><th>total</th><th>{res.score:g}/{res.max_score:g}</th><th></th></tr></table>")
-    out.append(f"<p class='next'><b>Next step:</b> {e(res.next_step)}</p>")
+    out.append(f"<tr><th></th><th>{e(say.REPORT_TOTAL)}</th><th>{res.score:g}/{res.max_score:g}</th><th></th></tr></table>")
+    out.append(f"<p class='next'><b>{e(say.REPORT_NEXT_STEP.strip())}</b> {e(res.next_step)}</p>")
 
     failing = [(sr, r) for sr in res.stages.values() for r in sr.checks if not r.passed and not r.not_run]
     if failing:
-        out.append("<h2>Failing checks</h2>")
+        out.append(f"<h2>{e(say.HTML_FAILING)}</h2>")
     for sr, r in failing[:40]:
         diag = ""
         for m in mistakes_of(r.diagnosis):
-            diag += (f"<p class='diag'>Diagnosis {e(m.id)}: {e(m.explanation)}. Reread {e(m.reread)}. "
-                     f"<a href='#hint-{sr.stage}'>Hints for {sr.stage}</a></p>")
+            said = say.REPORT_DIAGNOSIS.format(id=m.id) + say.REPORT_DIAGNOSIS_TAIL.format(explanation=m.explanation,
+                                                                                           reread=m.reread)
+            diag += (f"<p class='diag'>{e(said)} "
+                     f"<a href='#hint-{sr.stage}'>{e(say.HTML_HINTS_FOR.format(stage=sr.stage))}</a></p>")
         out.append(f"<div class='check'><b>{e(sr.stage)}: {e(r.check.name)}</b> ({e(r.check.doc)}){diag}"
                    f"<pre>{e(r.message)}</pre>{_cells(r.arrays) if r.arrays else ''}{_printed(r.output)}</div>")
 
     out.append(_steps(res, e))
 
     if res.pictures:
-        out.append("<h2>Pictures: “she saw the cat”</h2>")
+        out.append(f"<h2>{e(say.HTML_PICTURES)}</h2>")
         for name, item in res.pictures.items():
             out.append(f"<figure id='pic-{name}'><img class='heatmap' alt='{e(item['title'])}' "
                        f"src='{heatmap_figure(item)}'><figcaption>{e(item['title'])}</figcaption></figure>")
 
     unfinished = [s for s in SHOWN_ORDER if s.name in res.stages and res.stages[s.name].status != "passed"]
     if unfinished:
-        out.append("<h2>Hints</h2><p>The next hint of each stage that does not pass yet, one rung at a time "
-                   "(as <code>make hint</code> gives them).</p>")
+        out.append(f"<h2>{e(say.HTML_HINTS)}</h2><p>{say.HTML_HINTS_INTRO.format(command='<code>make hint</code>')}</p>")
     for s in unfinished:
         out.append(_hint(res, s))
     out.append("</body></html>")

@@ -1,6 +1,7 @@
 """The watch screen: a progress bar over the core stages and the whole kit's total (from every stage's
 latest result), the stages just graded, their failing checks and diagnoses (the terminal report's lines
 for them), and the next step, drawn once per save."""
+from .. import messages as say
 from ..feedback.advice import STATUS_WORD, blocked_note
 from ..results import Results, StageStatus
 from ..stages import BY_NAME, CORE
@@ -16,21 +17,21 @@ def screen(res: Results, kit: dict, graded: list[str], color: bool, pending: lis
     bar = "#" * (3 * done) + "." * (3 * (len(core) - done))
     score = sum(kit[s.name].score for s in core if s.name in kit)
     top = sum(kit[s.name].max_score for s in core if s.name in kit)
-    lines = [f"[{bar}] {done}/{len(core)} core stages pass, {score:g}/{top:g} points   (watching; Ctrl-C to stop)", ""]
+    lines = [say.WATCH_TOP.format(bar=bar, done=done, total=len(core), score=score, top=top), ""]
     for name in graded:
         sr = res.stages.get(name)
         if sr is None:
-            lines.append(f"  stage {BY_NAME[name].number} {name}: grading ..." if name in pending else "")
+            lines.append(say.WATCH_STAGE_GRADING.format(number=BY_NAME[name].number, name=name) if name in pending else "")
             continue
         blocked = f" {blocked_note(sr, res)}" if sr.status == StageStatus.BLOCKED and sr.blocked_by else ""
-        lines.append(f"  stage {BY_NAME[name].number} {name}: {STATUS_WORD[sr.status]}{blocked} "
-                     f"({sr.score:g}/{sr.max_score:g})")
+        lines.append(say.WATCH_STAGE.format(number=BY_NAME[name].number, name=name, status=STATUS_WORD[sr.status],
+                                            blocked=blocked, score=sr.score, max_score=sr.max_score))
     details = [line for sr in res.stages.values() if shows_failures(sr, verbose=False)
                for line in failure_details(sr, verbose=False, printed=4)[0]][:16]
-    step = (("grading the stages that use it ..." if res.stages else "grading ...") if pending else res.next_step)
+    step = ((say.WATCH_GRADING_USERS if res.stages else say.WATCH_GRADING) if pending else res.next_step)
     first, *rest = text_lines(step, 4) or [""]
-    off = [f"  (this machine: {note})" for note in res.protections_off]
-    return "\n".join(fit(line) for line in lines + [""] + details + ["", "Next step: " + first]
+    off = [say.WATCH_MACHINE.format(note=note) for note in res.protections_off]
+    return "\n".join(fit(line) for line in lines + [""] + details + ["", say.REPORT_NEXT_STEP + first]
                      + [f"    {line}" for line in rest] + off)
 
 

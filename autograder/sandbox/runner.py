@@ -19,6 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import messages as say
 from ..child import no_processes, no_writes
 from ..child.policy import Limits, child_memory, plan
 from ..outcomes import (
@@ -67,15 +68,12 @@ def scratch_cap_bytes() -> int:
     except ValueError:
         return 256 * 2**20
 PRINTED_LIMIT = 2048  # characters of what one call (and one check) printed that the report shows
-BUDGET_MESSAGE = "not run: the whole grade's time budget ({:g} s) ran out before this check could finish"
 FIRST_CALL_FACTOR = 3  # the first call in a fresh child may take this many times the per-call limit
 # A call's limit counts the time its child ran, slept or read, not the time it stood ready while the machine ran
 # others (a busy grading machine, a batch's other submissions): that wait is added to the limit, up to this many
 # times the limit again. Where /proc is missing (macOS) the limit is wall-clock time alone.
 CPU_WAIT_FACTOR = 3
-SIGNALS = {signal.SIGXFSZ: "wrote more output than allowed", signal.SIGXCPU: "used up its CPU time",
-           signal.SIGSEGV: "crashed (segmentation fault)", signal.SIGABRT: "aborted",
-           signal.SIGKILL: "was killed (memory or time limit, or it ended itself)"}
+SIGNALS = {getattr(signal, name): words for name, words in say.SIGNAL_WORDS.items()}
 
 
 _NOTES: dict = {}
@@ -91,22 +89,18 @@ def protections(limits: Limits | None = None) -> list[str]:
         uid = 0 if separate_user_possible() else None
         notes = plan(limits, uid) + sweep_notes(uid)
         if not namespaces.available():
-            notes.append("no namespaces here (Linux's unshare): children share this machine's /tmp, network and "
-                         "process list, and see the files your user can read")
+            notes.append(say.OFF_NAMESPACES)
         if not no_writes.available():
-            notes.append("no Landlock here (Linux 5.13 or later): a file a library opens from its own C code, such "
-                         "as torch's from_file, is not refused (the run-time guard refuses Python's own opens)")
+            notes.append(say.OFF_LANDLOCK)
         if not no_processes.supported():
-            notes.append("no seccomp filter here (Linux on x86_64 or aarch64): new processes and sockets are "
-                         "refused by the run-time guard only")
+            notes.append(say.OFF_SECCOMP)
         if not fork_is_safe():
-            notes.append("watch and regrade start a new interpreter per child instead of forking a warm one "
-                         "(forking after numpy and torch is not safe here): slower, the same grades")
+            notes.append(say.OFF_FORK)
         _NOTES[key] = notes
     return list(_NOTES[key])
 
 
-RETIRED_MESSAGE = "grading stopped: this worker was retired (the grade was cancelled)"
+RETIRED_MESSAGE = say.WORKER_RETIRED
 LINGER_S = 15.0  # how long a measuring child may take to end once its one call is answered (an exit takes < 1 s)
 
 _STARTED: "weakref.WeakSet[Worker]" = weakref.WeakSet()  # every worker whose scratch folder may still exist
@@ -139,8 +133,8 @@ def await_end(child: Launched, linger_s: float, cancelled: Callable[[], bool]) -
     while (status := child.reap(0.2)) is None and time.monotonic() < deadline:
         if child.gone:
             if cancelled():
-                raise BudgetSpent("not run: the grade was cancelled")
-            raise ServerGone("the fork server stopped answering while a measuring child ended")
+                raise BudgetSpent(say.GRADE_CANCELLED)
+            raise ServerGone(say.SERVER_GONE)
     return status
 
 
@@ -231,8 +225,8 @@ class Worker:
             self._log.close()
             self._log_r.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
-            raise GraderEnvironment(f"the interpreter that runs the children could not be started "
-                                    f"({e.filename or launchers.interpreter()[0]}: {e.strerror or e})") from None
+            raise GraderEnvironment(say.START_NO_INTERPRETER.format(
+                what=f"{e.filename or launchers.interpreter()[0]}: {e.strerror or e}")) from None
         except ServerNeverStarted:  # its interpreter or numpy is missing: new interpreters say which, in words
             self._log.close()
             self._log_r.close()
@@ -421,7 +415,7 @@ class Worker:
         """run(fresh) in a fresh child of its own (preloading `target`'s module), which then must end: (what run
         returned, the child's whole-life peak bytes, its CPU seconds less its start), as in _measure_now."""
         if self.retired:
-            raise BudgetSpent("not run: the grade was cancelled")
+            raise BudgetSpent(say.GRADE_CANCELLED)
         fresh = Worker(self.taken(), limits=self.limits, zygote=self.launcher, files=self.files)
         fresh.deadline, fresh.budget_s = self.deadline, self.budget_s
         fresh.preload = target.split(":")[0]  # its libraries load in its start, which its CPU time leaves out
@@ -431,7 +425,7 @@ class Worker:
         self._fresh.add(fresh)
         try:
             if self.retired:  # retired between the check above and the line before
-                raise BudgetSpent("not run: the grade was cancelled")
+                raise BudgetSpent(say.GRADE_CANCELLED)
             value = run(fresh)
             os.close(fresh.child.requests)  # the child's request loop ends, and so does the child
             fresh.child.requests = -1
@@ -440,8 +434,7 @@ class Worker:
                 # It would not end by itself. Ending it from here cannot give its count back: the kill may
                 # reach only the process in front of it (unshare, the spawner), which is then reaped before
                 # the child's own peak reaches it. A measurement it kept from being read is not a pass.
-                raise StudentCrash(f"after answering, the process that ran this call kept running for "
-                                   f"{LINGER_S:.0f} s instead of ending, so its memory could not be measured")
+                raise StudentCrash(say.CHILD_LINGERED.format(seconds=LINGER_S))
             # the CPU time of the calls: the kernel's count for the child's life, less its start (the interpreter
             # and libraries), which it said before any of the submission ran
             cpu = fresh.child.cpu_s
@@ -463,8 +456,7 @@ class Worker:
 
         for file in sorted(loaded_files(self.taken().data, target.split(":")[0]) & set(self.hung)):
             line = self.hung[file]
-            raise NeverLoaded(f"{file} never finished loading in an earlier check (its body was still running "
-                              f"line {line} at the time limit), so it is not loaded again", file)
+            raise NeverLoaded(say.CHILD_NEVER_LOADED.format(file=file, line=line), file)
 
     def hang_site(self, wait: float = 1.0) -> tuple[str, int, str] | None:
         """(file, line, function) of the submission that a call past its limit was running: the innermost
@@ -550,14 +542,14 @@ class Worker:
         if capped:  # the grade's budget ends first: the call gets what is left of it
             limit = self.deadline - time.monotonic()
             if limit <= 0:
-                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s))
+                raise BudgetSpent(say.BUDGET_SPENT.format(budget=self.budget_s))
         try:  # the child is told the limit: just before it, it leaves its stack for hang_site
             request = {"id": req_id, "target": target, "args": list(args), "kwargs": kwargs, "limit": limit}
             if trace:
                 request["trace"] = True
             os.write(self.child.requests, wire.dumps(request))
         except BrokenPipeError:
-            died = self._died("the child process had already exited")
+            died = self._died(say.CHILD_EXITED_BEFORE)
             if not self._ready:  # it ended before loading any of the submission: the environment's fault
                 raise GraderEnvironment(environment_fault(str(died))) from None
             raise died from None
@@ -569,7 +561,7 @@ class Worker:
                     raise GraderEnvironment(environment_fault(str(e))) from None
                 hello = wire.loads(first)
                 if hello.get("value") != "ready":
-                    raise self._died("the child did not start properly")
+                    raise self._died(say.CHILD_BAD_START)
                 self._ready, self._sealed = True, hello.get("sealed") is True
                 start_cpu = hello.get("cpu_s")
                 self._start_cpu = float(start_cpu) if isinstance(start_cpu, (int, float)) else None
@@ -577,12 +569,12 @@ class Worker:
             self._check_scratch()  # a call that answered fast may have written its files all the same
         except StudentTimeout:
             if capped:
-                raise BudgetSpent(BUDGET_MESSAGE.format(self.budget_s)) from None
+                raise BudgetSpent(say.BUDGET_SPENT.format(budget=self.budget_s)) from None
             raise
         self.printed, self._printed_from = self._printed_since(self._printed_from), None
         reply = plain_data(wire.loads(line))  # every string a submission sends is shown as text, never run
         if reply.get("id") != req_id:
-            raise self._died("the child answered out of turn")
+            raise self._died(say.CHILD_OUT_OF_TURN)
         if not reply["ok"]:
             raise StudentError(reply["error"])
         self.changed = reply.get("changed") or []  # arguments the call modified in place (child/invariants.py)
@@ -615,9 +607,9 @@ class Worker:
                 if loading:
                     self.hung.setdefault(loading[0], loading[1])
                 self.close()
-                at = f": it was running {site[0]}:{site[1]}, in {site[2]}" if site else ""
-                lent = f", besides {self.lent_s:.1f} s it waited for a CPU" if self.lent_s >= 0.1 else ""
-                raise StudentTimeout(f"no answer within {timeout:g} s{lent} (an endless loop, or far too slow){at}",
+                at = say.CHILD_TIMEOUT_AT.format(file=site[0], line=site[1], function=site[2]) if site else ""
+                lent = say.CHILD_TIMEOUT_LENT.format(seconds=self.lent_s) if self.lent_s >= 0.1 else ""
+                raise StudentTimeout(say.CHILD_TIMEOUT.format(timeout=timeout, lent=lent, at=at),
                                      where=site, loading=loading[0] if loading else None)
             self._check_scratch()
             ready, _, _ = select.select([self.child.results], [], [], min(left, SCRATCH_EVERY_S))
@@ -639,11 +631,10 @@ class Worker:
                         self._next_alive_check = time.monotonic() + 0.25
                         if self.child.reap(0) is None:
                             continue
-                    raise self._died("the process exited")
+                    raise self._died(say.CHILD_EXITED)
                 if len(self._buf) + len(chunk) > MAX_REPLY_BYTES:  # a flood, not an answer: stop reading it
                     self.close()
-                    raise StudentCrash(f"sent an answer larger than {MAX_REPLY_BYTES // 2**20} MiB without ending it; "
-                                       "the grader stopped reading (return arrays, numbers or tuples of them)")
+                    raise StudentCrash(say.CHILD_REPLY_TOO_LARGE.format(mib=MAX_REPLY_BYTES // 2**20))
                 self._buf += chunk  # a bytearray: appending is not a copy of what came before
                 pending = b"\n" not in chunk  # only the new bytes can hold the line's end
         line, _, rest = self._buf.partition(b"\n")
@@ -673,10 +664,9 @@ class Worker:
         cap = scratch_cap_bytes()
         if size > cap or entries > SCRATCH_CAP_ENTRIES:
             self.close()
-            raise StudentCrash(f"wrote {size / 2**20:.0f} MiB in {entries:,}{'+' if entries > SCRATCH_CAP_ENTRIES else ''} "
-                               f"files in its own folder, past the {cap // 2**20} MiB and "
-                               f"{SCRATCH_CAP_ENTRIES:,} files a child may leave there; the grader ended it (your code "
-                               "may not write files)")
+            raise StudentCrash(say.CHILD_SCRATCH_FULL.format(
+                size=size / 2**20, entries=entries, more="+" if entries > SCRATCH_CAP_ENTRIES else "", cap=cap // 2**20,
+                limit=SCRATCH_CAP_ENTRIES))
 
     def _died(self, why: str) -> StudentCrash:
         tail = self.output_tail()
@@ -685,12 +675,12 @@ class Worker:
         code = self.child.reap(2)
         self.close()
         if code is None or code >= 0:
-            detail = f"exit code {code}"
+            detail = say.CHILD_EXIT_CODE.format(code=code)
         else:
-            detail = f"it {SIGNALS.get(-code, 'was killed')}: signal {-code}"
-        msg = f"{why} ({detail})"
+            detail = say.CHILD_SIGNAL.format(words=SIGNALS.get(-code, say.SIGNAL_OTHER), number=-code)
+        msg = say.CHILD_DIED.format(why=why, detail=detail)
         if tail.strip():
-            msg += "; its last output: " + tail.strip()[-300:]
+            msg += say.CHILD_LAST_OUTPUT + tail.strip()[-300:]
         return StudentCrash(msg)
 
 
@@ -742,7 +732,7 @@ def capped(text: str, unread: int = 0) -> str:
     """At most PRINTED_LIMIT characters of `text` (`unread` more bytes were not even read), saying so if cut."""
     if len(text) <= PRINTED_LIMIT and not unread:
         return text
-    return text[:PRINTED_LIMIT].rstrip("\n") + f"\n[... more output not shown: at most {PRINTED_LIMIT:,} characters a check]"
+    return text[:PRINTED_LIMIT].rstrip("\n") + say.PRINTED_CUT.format(limit=PRINTED_LIMIT)
 
 
 def environment_fault(crash: str) -> str:
@@ -750,17 +740,17 @@ def environment_fault(crash: str) -> str:
     message, with its exit code and last output), naming the missing package or interpreter where it says which."""
     exe = launchers.interpreter()[0]
     code = re.search(r"\((exit code -?\d+|it [^)]*)\)", crash)
-    tail = crash.partition("its last output: ")[2].strip()
+    tail = crash.partition(say.CHILD_LAST_OUTPUT.removeprefix("; "))[2].strip()
     last = tail.splitlines()[-1].strip() if tail else ""
-    how = f"{code.group(1) if code else 'it ended'}{': ' + last if last else ''}"
+    how = f"{code.group(1) if code else say.START_ENDED}{': ' + last if last else ''}"
     missing = re.search(r"No module named '([\w.]+)'", crash)
     if missing:
-        return f"the package {missing.group(1).split('.')[0]} is missing from the Python that runs the children ({exe}; {how})"
+        return say.START_MISSING_PACKAGE.format(package=missing.group(1).split(".")[0], exe=exe, how=how)
     if "exit code 127" in crash or "not found" in crash or "No such file" in crash:
-        return f"the interpreter that runs the children was not found or cannot be reached ({exe}; {how})"
+        return say.START_NOT_FOUND.format(exe=exe, how=how)
     if "exit code 126" in crash:
-        return f"the interpreter that runs the children cannot be executed ({exe}; {how})"
-    return f"the child process ended before loading any of the submission ({exe}; {how})"
+        return say.START_NOT_EXECUTABLE.format(exe=exe, how=how)
+    return say.START_FAILED.format(exe=exe, how=how)
 
 
 def prestart(submission: Path, kinds: list[str], timeout: float) -> dict:

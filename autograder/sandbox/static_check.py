@@ -16,12 +16,12 @@ import os
 import threading
 from dataclasses import dataclass
 
+from .. import messages as say
 from ..child.guard import ALLOWED_MODULES
 from ..child.guard import RULE as _RULE
 
 # the same rule the run-time guard enforces (autograder/child/guard.py), and when each side applies it
-RULE = _RULE + (". A module that does is refused before any of it runs, or stopped with this rule when it "
-                "tries at run time")
+RULE = _RULE + say.RULE_WHEN
 # the builtins the rule names (files, strings run as code, globals and frames), refused where a name refers to the
 # builtin itself: a parameter or a local called `vars` or `input` is the module's own name, not the builtin
 REFUSED_NAMES = {"eval", "exec", "compile", "__import__", "open", "globals", "locals", "vars", "breakpoint",
@@ -48,7 +48,7 @@ class Refusal:
     what: str  # e.g. "import os"
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.what}"
+        return say.REFUSED_LINE.format(line=self.line, what=self.what)
 
 
 def _module_allowed(name: str, own: set[str]) -> bool:
@@ -65,7 +65,7 @@ def _relative_hint(module: str, own: set[str]) -> str:
     the grader's copy of the folder does not have): how to write it so that it works there too."""
     parts = module.split(".")
     stage = next((p for p in parts[1:] if p in own), None)
-    return f" (a stage module is imported relatively: `from .{stage} import ...`)" if stage else ""
+    return say.REFUSED_RELATIVE.format(stage=stage) if stage else ""
 
 
 def _once_per_file(compute):
@@ -131,7 +131,7 @@ def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
         for target in targets:
             root = _root_name(target) if isinstance(target, (ast.Attribute, ast.Subscript)) else None
             if root in libraries:  # np.allclose = ..., torch.Tensor.foo = ...: changing the libraries themselves
-                refuse(node, f"changing {ast.unparse(target)} (numpy's or torch's own)")
+                refuse(node, say.REFUSED_LIBRARY_OWN.format(what=say.REFUSED_CHANGING.format(target=ast.unparse(target))))
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not _module_allowed(alias.name, own):
@@ -139,8 +139,8 @@ def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # from .masking import attention: the submission's own modules
                 if node.module and node.module.split(".")[0] not in own:
-                    refuse(node, f"from {'.' * node.level}{node.module} import {', '.join(a.name for a in node.names)} "
-                                 f"({node.module.split('.')[0]}.py is not one of the stage modules)")
+                    statement = f"from {'.' * node.level}{node.module} import {', '.join(a.name for a in node.names)}"
+                    refuse(node, say.REFUSED_NOT_STAGE.format(statement=statement, module=node.module.split(".")[0]))
                 continue
             module = node.module or ""
             names = [f"{module}.{a.name}" for a in node.names]
@@ -158,15 +158,15 @@ def _refusals(source: bytes | str, own: set[str]) -> tuple[Refusal, ...]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_BUILTINS:
             name = node.args[1] if len(node.args) > 1 else None
             if node.func.id in ("setattr", "delattr") and node.args and _root_name(node.args[0]) in libraries:
-                refuse(node, f"{node.func.id}() on {ast.unparse(node.args[0])} (numpy's or torch's own)")
+                refuse(node, say.REFUSED_LIBRARY_OWN.format(what=f"{node.func.id}() on {ast.unparse(node.args[0])}"))
             if isinstance(name, (ast.Name, ast.Attribute, ast.Subscript)):
                 pass  # getattr(self, name): a name the code holds, e.g. looping over its own fields
             elif not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                refuse(node, f"{node.func.id}() with an attribute name built from strings")
+                refuse(node, say.REFUSED_BUILT_NAME.format(function=node.func.id))
             elif name.value in REFUSED_ATTRIBUTES or (name.value.startswith("__") and name.value not in ALLOWED_DUNDERS):
                 refuse(node, f"{node.func.id}(..., {name.value!r})")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value:
-            refuse(node, "a path under /proc")
+            refuse(node, say.REFUSED_PROC)
     return tuple(sorted(found, key=lambda r: r.line))
 
 
@@ -278,9 +278,8 @@ def _library_names(tree: ast.Module) -> set[str]:
 
 def describe(file: str, found: list[Refusal]) -> str:
     """The message for a refused file: where, what, and where the rule is written."""
-    shown = "; ".join(str(r) for r in found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-    return (f"{file} was refused before any of it ran: {shown}. Only numpy, torch, math, typing, a few pure "
-            "helpers and your other stage modules may be used (README, 'What your code may use')")
+    shown = "; ".join(str(r) for r in found[:3]) + (say.REFUSED_MORE.format(count=len(found) - 3) if len(found) > 3 else "")
+    return say.REFUSED_FILE.format(file=file, shown=shown)
 
 
 def vet(folder, files: list[str]) -> dict[str, str]:
@@ -293,7 +292,7 @@ def vet(folder, files: list[str]) -> dict[str, str]:
     for path in sorted(Path(folder).glob("*.py")):
         if path.name not in files:
             path.unlink()
-            changed[path.name] = "not a stage module: ignored"
+            changed[path.name] = say.NOT_A_STAGE_MODULE
             continue
         found = refusals(path.read_bytes(), own)
         if found:
