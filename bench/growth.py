@@ -49,6 +49,14 @@ SUBMISSIONS = {  # name -> (stage, kind, {file: [(old, new)]})
         "        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T_q, T_k), "
         "dropout_p=p)\n    if T_q == T_k:\n")]}),
 }
+SUBMISSIONS["kv_cache as a growing torch.cat (a list cache)"] = ("kv_cache", "correct", {"kv_cache.py": [(
+    "        self.k = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)  # [B, H, max_len, D]\n"
+    "        self.v = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype, device=device)  # [B, H, max_len, D]\n",
+    "        self.k = torch.zeros(batch, n_heads, 0, d_head, dtype=dtype, device=device)  # [B, H, 0, D], grows\n"
+    "        self.v = torch.zeros(batch, n_heads, 0, d_head, dtype=dtype, device=device)\n"), (
+    "        self.k[:, :, self.length : end] = k_new\n        self.v[:, :, self.length : end] = v_new\n",
+    "        self.k = torch.cat([self.k, k_new.to(self.k.dtype)], dim=2)  # [B, H, end, D]\n"
+    "        self.v = torch.cat([self.v, v_new.to(self.v.dtype)], dim=2)\n")]})
 SUBMISSIONS["fused in 512-query chunks, a bool mask per chunk"] = ("fused", "correct", {"fused.py": [(
     "    if T_q == T_k:\n",
     "    if causal:  # 512 queries at a time, each with its own bottom-right mask: [c, T_k]\n"
