@@ -40,11 +40,13 @@ class CausalSelfAttention(nn.Module):
         or in chunks, the outputs equal the full forward's. One decode step's work grows linearly
         with the cache length (only the new rows of scores are computed). The grader runs this in a
         process of its own and reads, from outside it, what the steps alone add to its peak memory
-        and CPU time (building the module, its buffers and the cache are not counted): Decode steps
-        cost work that grows linearly with the cache: measured at three cache lengths from 128 to
-        768 positions (drawn from the grade's seed), the memory and CPU time 8 one-token steps add
-        over the grader's own may grow about 2x when the cache doubles, not 4x. Their outputs are
-        checked too, and the decode checks use caches of the same lengths.
+        and CPU time (building the module, its buffers and the cache are not counted; memory is the
+        larger of the peak's rise and the pages the steps touch): Decode steps cost work that grows
+        linearly with the cache: measured at three cache lengths from 128 to 768 positions (drawn
+        from the grade's seed), each filled by a forward of a prefix then 0 to 64 one-token steps,
+        the memory and CPU time 8 more one-token steps add over the grader's own may grow about 2x
+        when the cache doubles, not 4x. Their outputs are checked too, and the decode checks use
+        caches of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

@@ -86,6 +86,36 @@ def test_a_step_gated_on_how_the_cache_was_filled_loses(tmp_path):
     assert st.score == st.max_score - cost.check.points  # its outputs are right on every path
 
 
+def test_a_step_gated_on_the_steps_since_a_prefill_loses(tmp_path):
+    """Linear for the first 8 one-token steps after a forward of several tokens, every pair redone after that (a
+    stranger's attack: the measured steps were always the 8 right after the prefill): each length's counted steps
+    come after 0 to 64 one-token steps (seeded.warm_steps)."""
+    since = ("            self.since = 0 if x.shape[1] > 1 else getattr(self, 'since', 0) + 1\n")
+    edits = {"module.py": [(APPEND, APPEND + since + "            if self.since > 8:\n" + PAD), SLICE]}
+    st, cost = cost_check(variant(tmp_path, edits))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points
+
+
+CACHE_INIT = "        self.length = 0\n"
+PAIRS = ("        self.pairs = torch.ones(batch * n_heads * max_len * max_len, dtype=dtype)  # made and filled with the "
+         "cache\n")
+INTO_PAIRS = ("            L = k.shape[-2]\n"
+              "            torch.matmul(k, k.transpose(-2, -1), out=cache.pairs[: k.shape[0] * k.shape[1] * L * L]"
+              ".view(k.shape[0], k.shape[1], L, L))  # every pair, in memory held since the cache was made\n")
+
+
+def test_every_pair_written_into_a_buffer_made_with_the_cache_is_the_steps_memory(tmp_path):
+    """A stranger's attack: a [B, H, max_len, max_len] buffer made and filled when the cache is built (not the
+    steps' memory), then every pair of scores written into it at each step: the peak never rises, but the steps
+    touch it, and the pages a call touches count (per_call.Cost.memory_bytes)."""
+    edits = {"kv_cache.py": [(CACHE_INIT, CACHE_INIT + PAIRS)], "module.py": [(APPEND, APPEND + INTO_PAIRS)]}
+    st, cost = cost_check(variant(tmp_path, edits))
+    assert not cost.passed and "they added" in cost.message and "the scores of every pair" in cost.message, \
+        cost.message
+    assert st.score == st.max_score - cost.check.points
+
+
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_nothing(tmp_path, monkeypatch):
     """Where the system cannot count one call (no /proc: macOS), the whole child's CPU time is the fallback and its

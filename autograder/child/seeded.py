@@ -66,6 +66,21 @@ def growth_sizes(low: int, high: int, seed: int, salt: int = 0) -> tuple[int, in
     return shortest, int(source.integers(2 * shortest, longest // 2 + 1)), longest
 
 
+DECODE_WARM = 64  # one-token steps the measured decode may make between a cache's prefill and its counted steps
+
+
+def warm_steps(seed: int) -> tuple[int, int, int]:
+    """How many one-token steps the measured decode makes between each cache's prefill and its 8 counted steps, per
+    cache length (shortest first), drawn from the grade's seed: none at the shortest (whose module is new, so its
+    counted steps are the module's 2nd to 9th calls), and for the other two, one count within DECODE_WARM's last
+    eighth and one below it, in an order drawn too. A step that picks its path by how many steps came since a
+    prefill, or since the module was built, is measured on both sides of its switch anywhere in 0 .. DECODE_WARM."""
+    source = np.random.default_rng([seed, 4102])
+    many = DECODE_WARM - int(source.integers(0, DECODE_WARM // 8))
+    mid = int(source.integers(1, many - 8))
+    return (0, mid, many) if source.integers(0, 2) else (0, many, mid)
+
+
 def checked_size(low: int, high: int, seed: int, salt: int = 0) -> int:
     """One length drawn from the grade's seed between `low` and `high`, for a correctness check that shares a cost
     rule's range: the rule's lengths are no lengths that only a measurement uses."""

@@ -34,6 +34,14 @@ class Cost:
     cpu_s: float | None
     touched_bytes: int | None = None
 
+    @property
+    def memory_bytes(self) -> int | None:
+        """The call's memory as the cost rules judge it: the larger of what it added to the peak (its temporaries,
+        freed or not) and the memory it touched and still holds mapped (pages held before it included: a buffer
+        filled at import or when a cache was built is no hiding place). None where the system says neither."""
+        told = [b for b in (self.peak_bytes, self.touched_bytes) if b is not None]
+        return max(told) if told else None
+
 
 def _status_kib(pid: int, field: str) -> int | None:
     """A `field:` line of /proc/PID/status in KiB (VmHWM, VmRSS), or None."""

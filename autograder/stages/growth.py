@@ -139,13 +139,7 @@ def _one(api, fn, name: str, n: int, rest: tuple, seed: int, loads: tuple, basel
     results, whole, _ = api.worker.measure_calls(_calls(fn, n, rest, seed, baseline), timeout=60, loads=loads,
                                                  key=_key(name, n, seed, baseline))
     value, cost = results[-1]
-    if cost is None:
-        return value, None, whole
-    # the larger of what the call added to the child's peak (its temporaries, freed or not) and the memory it
-    # touched and still holds mapped (pages held before it included: a scratch buffer filled at import is no
-    # hiding place); where the system says neither, None
-    told = [b for b in (cost.peak_bytes, cost.touched_bytes) if b is not None]
-    return value, max(told) if told else None, whole
+    return value, None if cost is None else cost.memory_bytes, whole
 
 
 def measure(api, name: str, sizes, rest: tuple, seed: int, baseline: bool = True) -> list[tuple]:
