@@ -43,9 +43,9 @@ class CausalSelfAttention(nn.Module):
         and CPU time (building the module, its buffers and the cache are not counted; memory is the
         larger of the peak's rise and the pages the steps touch): Decode steps cost work that grows
         linearly with the cache: measured at three cache lengths from 128 to 768 positions (drawn
-        from the grade's seed), each filled by a forward of a prefix then 0 to 64 one-token steps,
-        the memory and CPU time 8 more one-token steps add over the grader's own may grow about 2x
-        when the cache doubles, not 4x. Their outputs are checked too, and the decode checks use
+        from the grade's seed), each filled by forwards of up to 64 tokens then 0 to 64 one-token
+        steps, the memory and CPU time 8 more one-token steps add over the grader's own may grow
+        about 2x when the cache doubles, not 4x. Their outputs are checked too, and the decode checks use
         caches of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]

@@ -181,9 +181,9 @@ def decode_cost_fill(length, steps, new_module=False, warm=0, *, seed=0, pkg):
     the way any decode puts them: one forward of the whole prefix through the module with that cache (for the
     baseline, the grader's own cached forward). Filled by an `append` from the grader, the cache was one no
     checked call makes, and a module that kept count of what it had fed could tell the measured steps apart (a
-    stranger's attack): the prefix's first length - warm tokens in one forward, then its last `warm` one token at a
-    time (seeded.warm_steps). With `new_module`, a new module too (the same weights): its first call is this prefill.
-    Not measured: the next call, the steps, is."""
+    stranger's attack): the prefix's first length - warm tokens in forwards of PREFILL_CHUNK, then its last `warm`
+    one token at a time (seeded.warm_steps). With `new_module`, a new module too (the same weights): its first call
+    is this prefill. Not measured: the next call, the steps, is."""
     d = _DECODE
     if new_module and not d["baseline"]:
         d["module"] = _build(pkg, d["n_heads"] * d["d_head"], d["n_heads"], False, d["qkv_w"], d["out_w"])
@@ -204,9 +204,16 @@ def decode_cost_fill(length, steps, new_module=False, warm=0, *, seed=0, pkg):
     return None
 
 
+PREFILL_CHUNK = 64  # tokens per forward of the measured decode's prefill: its [B, H, T, L] scores stay small
+
+
 def _fill_pieces(length: int, warm: int) -> list:
-    """[start, end) of the prefill (length - warm tokens), then of each of the `warm` one-token steps after it."""
-    return [(0, length - warm)] + [(t, t + 1) for t in range(length - warm, length)]
+    """[start, end) of each forward of the prefill (length - warm tokens, PREFILL_CHUNK at a time: in one forward a
+    prefill of 768 tokens at B = 4, H = 16 makes 151 MiB of scores, past a torch child's memory in Gradescope's
+    768 MiB), then of each of the `warm` one-token steps after it."""
+    cut = length - warm
+    chunks = [(a, min(a + PREFILL_CHUNK, cut)) for a in range(0, cut, PREFILL_CHUNK)]
+    return chunks + [(t, t + 1) for t in range(cut, length)]
 
 
 def decode_cost_steps(new, *, pkg):

@@ -402,8 +402,8 @@ def judged(lengths, run: DecodeRun) -> tuple[Verdict, Verdict]:
 
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
               rule="Decode steps cost work that grows linearly with the cache: measured at three cache lengths "
-                   "from 128 to 768 positions (drawn from the grade's seed), each filled by a forward of a prefix "
-                   "then 0 to 64 one-token steps, the memory and CPU time 8 more one-token steps add over the "
+                   "from 128 to 768 positions (drawn from the grade's seed), each filled by forwards of up to 64 "
+                   "tokens then 0 to 64 one-token steps, the memory and CPU time 8 more one-token steps add over the "
                    "grader's own may grow about 2x when the cache doubles, not 4x.")
 def decode_step_cost_linear(api, ctx):
     """8 decode steps at three cache lengths between 128 and 768 positions: what they add to the peak memory and
