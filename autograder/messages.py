@@ -403,6 +403,10 @@ INPUTS_CHANGED_MANY = "{function} changed its arguments {names} in place"
 INPUTS_CHANGED = ("{said}: after the call the caller's array holds other values. {rule}: compute into new arrays "
                   "(`x = x - m`, not `x -= m`, `out=x` or `x[i] = ...` on an argument)")
 
+# ---- the header of every stub file (instructor/make_exercises.py writes it into exercises/) ------------------------
+STUB_HEADER = ("# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks\n"
+               "# it and names the next step;" + NUDGE + "\n")
+
 # ---- the commands' own lines (cli.py: `make grade`, `make hint`, `make worked`, `make submit`) ----------------------
 CLI_WINDOWS = """\
 This kit runs on Linux, macOS and Windows through WSL2, not on Windows itself: its sandbox needs

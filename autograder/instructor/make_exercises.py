@@ -11,14 +11,14 @@ import re
 import sys
 from pathlib import Path
 
+from .. import messages as say
 from ..stages import stage_of_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION(?:\s+stage=(\w+))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 DEF = re.compile(r"^\s*(?:def|class)\s+(\w+)")
-HEADER = ("# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks\n"
-          "# it and names the next step; `make hint` gives a nudge.\n")
+HEADER = say.STUB_HEADER
 
 
 def stub_source(text: str, filename: str) -> str:
