@@ -7,7 +7,7 @@ from conftest import grade, variant
 
 from autograder.child import seeded
 from autograder.stages import CATALOGUE
-from autograder.stages.kv_cache import DecodeRun, judge_cpu, judge_memory, pair_bytes
+from autograder.stages.kv_cache import CPU_STOP_S, DecodePlan, DecodeRun, judge_cpu, judge_memory, least, pair_bytes
 
 QUADRATIC_STEP = [e for m in CATALOGUE.values() if m.id == "cache-quadratic-step" for e in m.mutant]
 APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
@@ -150,6 +150,28 @@ def test_growth_law_on_counts_seen():
     gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
     assert judge_memory(LENGTHS, gate).quadratic  # not by growth: by the pair scores at 131
     assert pair_bytes(131) < 25 * mib
+
+
+def test_a_run_stopped_at_its_shortest_length_is_judged_there():
+    """A step far too slow at the shortest length (DecodePlan.enough: its 8 counted steps over CPU_STOP_S) stops the
+    student's side: the longer lengths are not reached, the verdict is the one length's, said as such, and a
+    second run that reached them adds its counts."""
+    plan = DecodePlan(0, LENGTHS, ())
+    Cost = type("Cost", (), {})
+    slow, quick = Cost(), Cost()
+    slow.cpu_s, quick.cpu_s = CPU_STOP_S + 0.1, 0.01
+    assert plan.enough(2, None, slow) and not plan.enough(2, None, quick)
+    assert not plan.enough(0, None, None) and not plan.enough(1, None, None)  # the start and a fill are not steps
+    stopped = run_of((2**20, None, None), (CPU_STOP_S + 0.1, None, None))
+    cpu, memory = judge_cpu(LENGTHS, stopped), judge_memory(LENGTHS, stopped)
+    assert cpu.quadratic and "longer caches not measured" in cpu.said and "at 131 cached positions" in cpu.said
+    assert not memory.quadratic and "1.0 MiB at 131" in memory.said
+    # the same first length, under the rule: not failed on one length's growth, which it has none of
+    assert not judge_cpu(LENGTHS, run_of((0, None, None), (0.01, None, None))).quadratic
+    whole = run_of((0, 0, 0), (0.2, 0.9, 3.5))
+    both = least(stopped, whole)
+    assert both.cpu == [0.2, 0.9, 3.5] and both.peak == [0, 0, 0]
+    assert judge_cpu(LENGTHS, both).quadratic and "grew" in judge_cpu(LENGTHS, both).said
 
 
 @pytest.mark.sweep  # `make sweep`: about 6 minutes on 2 cores (CONTRIBUTING.md)

@@ -356,7 +356,8 @@ class Worker:
     def _measure_now(self, target: str, *args: Any, timeout: float | None = None, loads: tuple = (), **kwargs: Any):
         return self._in_fresh_child(target, lambda fresh: fresh.call(target, *args, timeout=timeout, **kwargs), loads)
 
-    def measure_calls_soon(self, key: str, calls: list, timeout: float | None = None, loads: tuple = ()) -> None:
+    def measure_calls_soon(self, key: str, calls: list, timeout: float | None = None, loads: tuple = (),
+                           enough=None) -> None:
         """Start `measure_calls(calls, ...)` now, in a thread of its own; the first measure_calls with the same `key`
         takes its result (or its error)."""
         import threading
@@ -368,7 +369,7 @@ class Worker:
 
         def run() -> None:
             try:
-                box["value"] = self._measure_calls_now(calls, timeout=timeout, loads=loads)
+                box["value"] = self._measure_calls_now(calls, timeout=timeout, loads=loads, enough=enough)
             except BaseException as e:  # noqa: BLE001 - handed to whoever asks for this measurement
                 box["error"] = e
 
@@ -377,24 +378,27 @@ class Worker:
         thread.start()
 
     def measure_calls(self, calls: list, timeout: float | None = None, loads: tuple = (),
-                      key: str | None = None) -> tuple[list, Any, Any]:
+                      key: str | None = None, enough=None) -> tuple[list, Any, Any]:
         """Make `calls`, [(target, args, kwargs, counted), ...], in order in one fresh child of their own that ends
         after the last. Returns (results, whole-life peak bytes, whole-life CPU seconds): results holds each call's
         (value, per_call.Cost or None), the Cost for a `counted` call being what that call alone added, read by this
         process around it (sandbox/per_call.py: the child's high-water mark reset just before, read just after;
         the child waits on its request pipe between calls). A Cost's fields are None where the system cannot
         tell (no /proc): the whole-life counts (the kernel's, at reaping, its start taken off the CPU time) are
-        the fallback. With `key`, a measure_calls_soon of that key started ahead is used once."""
+        the fallback. With `key`, a measure_calls_soon of that key started ahead is used once. With `enough`, a
+        predicate enough(index, value, cost) asked after each counted call, the calls after the first counted one it
+        holds true for are not made (results is then shorter than calls): what is already known decides, and code
+        far too slow is not run to its end."""
         ahead = self._soon.pop(repr(("calls", key)), None) if key is not None else None
         if ahead is None:
-            return self._measure_calls_now(calls, timeout=timeout, loads=loads)
+            return self._measure_calls_now(calls, timeout=timeout, loads=loads, enough=enough)
         thread, box = ahead
         thread.join()
         if "error" in box:
             raise box["error"]
         return box["value"]
 
-    def _measure_calls_now(self, calls: list, timeout: float | None = None, loads: tuple = ()):
+    def _measure_calls_now(self, calls: list, timeout: float | None = None, loads: tuple = (), enough=None):
         from .per_call import Meter
 
         def run(fresh: "Worker") -> list:
@@ -407,6 +411,8 @@ class Worker:
                 meter.start()
                 value = fresh.call(target, *args, timeout=timeout, **kwargs)
                 results.append((value, meter.stop()))
+                if enough is not None and enough(len(results) - 1, *results[-1]):
+                    break
             return results
 
         return self._in_fresh_child(calls[0][0], run, loads)

@@ -196,15 +196,15 @@ def _counted_plan(api, calls: list) -> tuple[list, tuple]:
     return [(FUNCTIONS[name].target, tuple(args), dict(kwargs), counted) for name, args, kwargs, counted in calls], loads
 
 
-def start_counted(api, key: str, calls: list, baseline_calls: list) -> None:
-    """Start counted_beside_baseline(api, key, calls, baseline_calls) now, both children, beside the stage's other
-    checks; the check that asks with the same key takes the results."""
-    for side, plan in (("student", calls), ("baseline", baseline_calls)):
+def start_counted(api, key: str, calls: list, baseline_calls: list, enough=None) -> None:
+    """Start counted_beside_baseline(api, key, calls, baseline_calls, enough) now, both children, beside the stage's
+    other checks; the check that asks with the same key takes the results."""
+    for side, plan, stop in (("student", calls, enough), ("baseline", baseline_calls, None)):
         targets, loads = _counted_plan(api, plan)
-        api.worker.measure_calls_soon(f"{key}:{side}", targets, timeout=60, loads=loads)
+        api.worker.measure_calls_soon(f"{key}:{side}", targets, timeout=60, loads=loads, enough=stop)
 
 
-def counted_beside_baseline(api, key: str, calls: list, baseline_calls: list) -> tuple:
+def counted_beside_baseline(api, key: str, calls: list, baseline_calls: list, enough=None) -> tuple:
     """Per-call accounting against the grader's own code: `calls`, [(declared function name, args, kwargs,
     counted), ...], made in order in one fresh child (sandbox.Worker.measure_calls), and `baseline_calls` (the
     same calls with baseline=True: the grader's code doing the same work) in another, side by side (one after the
@@ -213,7 +213,9 @@ def counted_beside_baseline(api, key: str, calls: list, baseline_calls: list) ->
     the child built before it (a module, buffers, a cache) is not the call's. Returns (student, baseline), each
     (results, whole-life peak bytes, whole-life CPU seconds), results holding each call's (value,
     per_call.Cost or None); a Cost's fields are None where the system cannot tell (no /proc: macOS), and the
-    whole-life counts (wait4's, at reaping) are the fallback. Started ahead by start_counted under the same key."""
+    whole-life counts (wait4's, at reaping) are the fallback. Started ahead by start_counted under the same key.
+    With `enough` (sandbox.Worker.measure_calls), the student's side stops at the first counted call it holds true
+    for: its results are then fewer than its calls (the baseline's never are)."""
     import threading
 
     from ..child.policy import container_memory
@@ -237,7 +239,7 @@ def counted_beside_baseline(api, key: str, calls: list, baseline_calls: list) ->
         base.join()
     try:
         targets, loads = _counted_plan(api, calls)
-        student = api.worker.measure_calls(targets, timeout=60, loads=loads, key=f"{key}:student")
+        student = api.worker.measure_calls(targets, timeout=60, loads=loads, key=f"{key}:student", enough=enough)
     finally:  # the baseline's child is never left to a grade that ends
         base.join()
     if "error" in box:

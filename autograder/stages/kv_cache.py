@@ -23,6 +23,9 @@ CPU_FLOOR_S = 0.02  # added to each length's CPU time over the grader's before t
 CPU_OVER_S = 0.3  # the most CPU time 8 steps at one length may take over the grader's own (correct: a few ms either
 # way; every pair redone: a tenth of a second at 128 positions, seconds at 768); without per-call counts (no /proc),
 # the most the whole measuring child may take over the grader's
+CPU_STOP_S = 4 * CPU_OVER_S  # 8 counted steps of the student's that took this much CPU time (alone: the grader's take
+# milliseconds) already fail the rule, so its longer lengths are not measured: every pair redone at each of their
+# prefill's up to 64 one-token steps and 8 counted ones made a grade run out of its time before its verdict
 STAGE = Stage(
     name="kv_cache", number=7, points=16, files=("kv_cache.py", "module.py"), calls=("heads",),
     reread='B "What it costs as the sequence grows"',
@@ -237,6 +240,12 @@ class DecodePlan:
                      ("decode_cost_steps", (self.tokens[i],), {}, True)]
         return plan
 
+    def enough(self, index: int, value, cost) -> bool:
+        """Whether the student's side may stop after its call `index` (sandbox.Worker.measure_calls): after a
+        length's counted steps that took more than CPU_STOP_S of CPU time, whose verdict no longer length can
+        change (a step of that cost fails at any length)."""
+        return index >= 2 and cost is not None and cost.cpu_s is not None and cost.cpu_s > CPU_STOP_S
+
 
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # grading worker -> {seed: DecodePlan}
 
@@ -256,7 +265,7 @@ def decode_plan(api, seed: int) -> DecodePlan:
 def start_decode_runs(api, seed: int) -> None:
     """Start the measuring children of decode_step_cost_linear with the stage (common.start_measurements)."""
     plan = decode_plan(api, seed)
-    start_counted(api, f"decode:{seed}", plan.calls(False), plan.calls(True))
+    start_counted(api, f"decode:{seed}", plan.calls(False), plan.calls(True), plan.enough)
 
 
 AHEAD["kv_cache"] = start_decode_runs
@@ -265,8 +274,9 @@ AHEAD["kv_cache"] = start_decode_runs
 @dataclass
 class DecodeRun:
     """Both sides of one measured decode: per length (shortest first) the steps' added peak bytes and
-    CPU seconds, the student's and the baseline's (None where not counted), and the two children's whole-life
-    counts (the fallback)."""
+    CPU seconds, the student's and the baseline's (None where not counted, or, on the student's side, not measured:
+    the run stopped at a length whose steps were far too slow, DecodePlan.enough), and the two children's
+    whole-life counts (the fallback)."""
 
     peak: list
     base_peak: list
@@ -275,15 +285,20 @@ class DecodeRun:
     whole: tuple  # (student peak, baseline peak, student CPU, baseline CPU), each None where not counted
 
 
-def measure_decode(api, ctx, plan: DecodePlan, key: str) -> DecodeRun:
-    """Run both children, check every length's outputs and cache length, return the costs."""
+def measure_decode(api, ctx, plan: DecodePlan, key: str, stop: bool = True) -> DecodeRun:
+    """Run both children, check every measured length's outputs and cache length, return the costs. With `stop`,
+    the student's side ends after a length whose steps were far too slow (DecodePlan.enough)."""
     B, H, D, S = DECODE_SIZES
-    (res, s_peak, s_cpu), (base, b_peak, b_cpu) = counted_beside_baseline(api, key, plan.calls(False), plan.calls(True))
+    (res, s_peak, s_cpu), (base, b_peak, b_cpu) = counted_beside_baseline(api, key, plan.calls(False), plan.calls(True),
+                                                                          plan.enough if stop else None)
     qkv_w, out_w = (w.astype(np.float64) for w in seeded.decode_weights(H, D, plan.seed))
     n = len(plan.lengths)
     peak, base_peak, cpu, base_cpu = [None] * n, [None] * n, [None] * n, [None] * n
     for i, L in enumerate(plan.lengths):
-        (r, cost), (_, base_cost) = res[2 + 2 * i], base[2 + 2 * i]
+        base_peak[i], base_cpu[i] = base[2 + 2 * i][1].memory_bytes, base[2 + 2 * i][1].cpu_s
+        if 2 + 2 * i >= len(res):  # the student's side stopped at a shorter length (DecodePlan.enough)
+            continue
+        r, cost = res[2 + 2 * i]
         if r["length"] != L + S:
             raise Fail(f"after a forward of {L} tokens through a KVCache of max_len {L + S}, and {S} decode steps, its "
                        f"length is {r['length']}; expected {L + S}")
@@ -294,14 +309,14 @@ def measure_decode(api, ctx, plan: DecodePlan, key: str) -> DecodeRun:
         # memory: the larger of the peak's rise and the pages the steps touched (per_call.Cost.memory_bytes), so a
         # [B, H, L, L] buffer made with the cache and filled again at each step counts (a stranger's attack)
         peak[i], cpu[i] = cost.memory_bytes, cost.cpu_s
-        base_peak[i], base_cpu[i] = base_cost.memory_bytes, base_cost.cpu_s
     return DecodeRun(peak, base_peak, cpu, base_cpu, (s_peak, b_peak, s_cpu, b_cpu))
 
 
 def least(a: DecodeRun, b: DecodeRun) -> DecodeRun:
-    """Each side's least count at each length over two runs: noise only ever adds."""
+    """Each side's least count at each length over two runs (noise only ever adds), or the one run's that reached
+    it (DecodePlan.enough)."""
     def low(x, y):
-        return [None if p is None or q is None else min(p, q) for p, q in zip(x, y)]
+        return [min((v for v in (p, q) if v is not None), default=None) for p, q in zip(x, y)]
 
     whole = tuple(None if p is None or q is None else min(p, q) for p, q in zip(a.whole, b.whole))
     return DecodeRun(low(a.peak, b.peak), low(a.base_peak, b.base_peak), low(a.cpu, b.cpu), low(a.base_cpu, b.base_cpu),
@@ -323,10 +338,25 @@ def per_doubling(lengths, extra, floor: float) -> float:
 
 
 def over(side, base) -> list | None:
-    """Each length's count over the grader's (never below 0), or None where either was not counted."""
-    if any(v is None for v in (*side, *base)):
+    """Each length's count over the grader's (never below 0; None at a length the student's side did not reach,
+    DecodePlan.enough), or None where the system counted no call alone (no /proc: every count None)."""
+    if any(v is None for v in base) or all(v is None for v in side):
         return None
-    return [max(s - b, 0) for s, b in zip(side, base)]
+    return [None if s is None else max(s - b, 0) for s, b in zip(side, base)]
+
+
+NOT_REACHED = "longer caches not measured: at this one the steps' CPU time already fails the rule"
+
+
+def grew(what: str, lengths, extra, floor: float, shown) -> tuple[float | None, str]:
+    """(the fitted growth per doubling, the sentence saying it) over the lengths measured; with one length only
+    (the others not reached, DecodePlan.enough), no growth and that length's figure."""
+    at = [(L, e) for L, e in sorted(zip(lengths, extra)) if e is not None]
+    if len(at) < 2:
+        return None, f"{what} was {shown(at[0][1])} at {at[0][0]} cached positions ({NOT_REACHED})"
+    growth = per_doubling([L for L, _ in at], [e for _, e in at], floor)
+    return growth, (f"{what} grew {growth:.1f}x each time the cache doubled "
+                    f"({', '.join(f'{shown(e)} at {L}' for L, e in at)} cached positions)")
 
 
 @dataclass(frozen=True)
@@ -354,22 +384,22 @@ def judge_memory(lengths, run: DecodeRun) -> Verdict:
         shown = "" if s is None or b is None else f" (the whole measuring child's peak: {mib(max(s - b, 0))} over the grader's)"
         return Verdict(False, f"memory not judged: this system cannot count one call alone{shown}")
     lengths = list(lengths)
-    growth = per_doubling(lengths, extra, pair_bytes(min(lengths)) / 4)
-    at = ", ".join(f"{mib(e)} at {L}" for L, e in sorted(zip(lengths, extra)))
-    said = (f"the memory your decode steps added over the grader's own (linear) steps grew {growth:.1f}x each time "
-            f"the cache doubled ({at} cached positions): about 1x is nothing beyond linear, 2x a copy of the cache "
-            f"per step, 4x the scores of every pair")
+    growth, said = grew("the memory your decode steps added over the grader's own (linear) steps", lengths, extra,
+                        pair_bytes(min(lengths)) / 4, mib)
+    said += ": about 1x is nothing beyond linear, 2x a copy of the cache per step, 4x the scores of every pair"
     # half the pair scores: a quadratic step makes at least all of them (and its softmax as many again), correct
     # steps add 0.0 to 1.0 MiB over the grader's (pages touched counted on both sides), and half of the shortest
     # cache's is 2.4 MiB
-    gated = [(L, e) for L, e in sorted(zip(lengths, extra)) if e >= pair_bytes(L) / 2]
+    gated = [(L, e) for L, e in sorted(zip(lengths, extra)) if e is not None and e >= pair_bytes(L) / 2]
     if gated:
         L, e = gated[0]
         row = pair_bytes(L) / (L + DECODE_SIZES[3])  # a new token's row of the pair scores
         return Verdict(True, f"{said}. At {L} cached positions they added {mib(e)}, while the scores of every pair "
                              f"are {mib(pair_bytes(L))} and a new token's row of them {row / 2**10:.0f} KiB")
     longest = max(lengths)
-    return Verdict(growth >= GROWTH_FAILS and extra[lengths.index(longest)] >= pair_bytes(longest) / 4, said)
+    top = extra[lengths.index(longest)]
+    return Verdict(growth is not None and top is not None and growth >= GROWTH_FAILS and top >= pair_bytes(longest) / 4,
+                   said)
 
 
 def judge_cpu(lengths, run: DecodeRun) -> Verdict:
@@ -385,15 +415,14 @@ def judge_cpu(lengths, run: DecodeRun) -> Verdict:
         said = (f"CPU time counted for the whole measuring child (this system cannot count one call alone): "
                 f"{(s - b) * 1000:+.0f} ms against the grader's own")
         return Verdict(s - b > CPU_OVER_S, said)
-    growth = per_doubling(lengths, extra, CPU_FLOOR_S)
-    at = ", ".join(f"{e * 1000:.0f} ms at {L}" for L, e in sorted(zip(lengths, extra)))
-    said = (f"the CPU time they took over the grader's own steps grew {growth:.1f}x each time the cache doubled "
-            f"({at}): about 1x is nothing beyond linear, 4x every pair redone at each step")
-    slow = [(L, e) for L, e in sorted(zip(lengths, extra)) if e > CPU_OVER_S]
+    growth, said = grew("the CPU time they took over the grader's own steps", lengths, extra, CPU_FLOOR_S,
+                        lambda e: f"{e * 1000:.0f} ms")
+    said += ": about 1x is nothing beyond linear, 4x every pair redone at each step"
+    slow = [(L, e) for L, e in sorted(zip(lengths, extra)) if e is not None and e > CPU_OVER_S]
     if slow:  # the same work at every length (padded to look flat) grows like nothing, and is far above correct steps
         return Verdict(True, f"{said}. At {slow[0][0]} cached positions they took {slow[0][1]:.2f} s more than the "
                              f"grader's own steps (correct ones: a few milliseconds either way)")
-    return Verdict(growth >= GROWTH_FAILS, said)
+    return Verdict(growth is not None and growth >= GROWTH_FAILS, said)
 
 
 def judged(lengths, run: DecodeRun) -> tuple[Verdict, Verdict]:
@@ -413,6 +442,10 @@ def decode_step_cost_linear(api, ctx):
     plan = decode_plan(api, ctx.seed)
     run = measure_decode(api, ctx, plan, f"decode:{ctx.seed}")
     memory, cpu = judged(plan.lengths, run)
+    if None in run.cpu and not (memory.quadratic or cpu.quadratic):  # stopped early, yet over the grader's own
+        # it was not far enough to fail (the grader's steps were slow too): every length is measured after all
+        run = measure_decode(api, ctx, plan, f"decode-all:{ctx.seed}", stop=False)
+        memory, cpu = judged(plan.lengths, run)
     if memory.quadratic or cpu.quadratic:  # measured once more before it costs points: each side's least counts
         run = least(run, measure_decode(api, ctx, plan, f"decode-again:{ctx.seed}"))
         memory, cpu = judged(plan.lengths, run)
