@@ -85,6 +85,8 @@ STEP_LOCATED = "fix {head} {where}: check '{check}' ({doc}) fails and {what}.{re
 STEP_RAISES = "your code raises {type} ({message})"
 STEP_OWN_OUTPUT_WRONG = "that function's own output is wrong"
 STEP_CHECK = "fix {head}, check '{check}' ({doc}), at {where}." + NUDGE
+STEP_UNREAD = ("fix {head}, check '{check}' ({doc}), at {where}: your {function} never reads its parameter `{param}`, "
+               "which this check changes." + NUDGE)
 STEP_IN_FUNCTION = "in {function}, at {where}{how}"  # 'in causal_mask, at exercises/masking.py:23'
 STEP_REPAIRED = " {said}."  # an edit of a copy confirmed the parting line's change (feedback/repair.py)
 STEP_STILL_FAILING = ("the stages just graded pass; stage {number} ({name}) is still {status}: open {file} and save it "

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # 86 grades: make test only (CONTRIBUTING.md)
 
 SET = Path(__file__).parent / "cold" / "set_a"
 ATTEMPTS = sorted(p.name for p in (SET / "mistakes").iterdir() if (p / "fix.json").exists())
-NAMED = re.compile(r"Diagnosis |Confirmed|: your `|equals the reference|holds |are not the contract's")
+NAMED = re.compile(r"Diagnosis |Confirmed|: your `|equals the reference|holds |are not the contract's|never reads its parameter")
 
 
 KINDS = {"order": "in another order", "mask": "with the mask", "axis": "over axis", "written in place": "writes into",
@@ -37,6 +37,8 @@ def kinds(res) -> set[str]:
     ids |= {r.diagnosis for sr in res.stages.values() for r in sr.checks if r.diagnosis}
     if "are not the contract's" in res.next_step:
         ids.add("default")
+    if "never reads its parameter" in res.next_step:
+        ids.add("unread")
     words = " ".join(filter(None, (parting_words(loc) for loc in res.located.values() if loc)))
     return ids | {kind for kind, said in KINDS.items() if said in words}
 

@@ -229,6 +229,57 @@ def test_a_default_that_is_not_the_contracts_leads_the_next_step_at_its_own_line
                         "(the queries' axis) instead of the last (each row over its keys)"), said
 
 
+def test_a_cache_default_that_is_not_the_contracts_is_not_also_called_wrong_contents(tmp_path):
+    """A cache made in float16 by default holds its entries rounded: the default leads the next step at its line,
+    and no second mistake ("an entry written twice or skipped") is inferred from what the probes, called with the
+    default, saw (a cold student's attempt was told both)."""
+    old = "        dtype: torch.dtype = torch.float32,"
+    sub = variant(tmp_path, {"kv_cache.py": [(old, old.replace("float32", "float16"))]})
+    res = grade(sub, stages=["heads", "kv_cache"])
+    at = (sub / "kv_cache.py").read_text().splitlines().index(old.replace("float32", "float16")) + 1
+    assert f"kv_cache.py:{at}" in res.next_step, res.next_step
+    assert res.stages["kv_cache"].diagnoses == [], res.stages["kv_cache"].diagnoses
+
+
+def test_a_wrong_cache_is_not_named_as_a_mistake_of_the_decode_steps_mask(tmp_path):
+    """A cache whose length is set to the last append's t makes the next decode step attend only its first key,
+    the output a top-left mask makes: the decode check's output matched cache-top-left-causal (a mistake in
+    `attend`). A decode variant is made with a right cache, so none is matched while the cache's own probe fails:
+    the next step names what the cache does, at its line (a cold student's attempt was told the mask's name)."""
+    sub = variant(tmp_path, {"kv_cache.py": [("        self.length = end\n", "        self.length = t\n")]})
+    res = grade(sub, stages=["heads", "kv_cache"])
+    assert "cache-top-left-causal" not in res.stages["kv_cache"].diagnoses
+    at = (sub / "kv_cache.py").read_text().splitlines().index("        self.length = t") + 1
+    assert f"kv_cache.py:{at}" in res.next_step and "top-left" not in res.next_step, res.next_step
+
+
+@pytest.mark.parametrize("file, old, new, stages, param", [
+    ("heads.py", "    allowed = causal_mask(n) if causal else None  # [n, n]", "    allowed = causal_mask(n)  # [n, n]",
+     ("heads",), "causal"),
+    ("scaling.py", "    rng = np.random.default_rng(seed)", "    rng = np.random.default_rng(0)", ("scaling",), "seed"),
+], ids=["causal ignored", "seed ignored"])
+def test_a_parameter_never_read_is_named_at_the_line_that_makes_what_it_is_about(tmp_path, file, old, new, stages,
+                                                                                   param):
+    """No probe calls with the other value of `causal` or another seed, so no value parts: the check that changes
+    the parameter failed, and the function never reads it. The next step names it, at the one line that makes what
+    the parameter is about (the mask, the generator), not at the def line (two cold students' attempts)."""
+    sub = variant(tmp_path, {file: [(old, new)]})
+    res = grade(sub, stages=list(stages))
+    at = (sub / file).read_text().splitlines().index(new) + 1
+    assert f"{file}:{at}" in res.next_step and f"never reads its parameter `{param}`" in res.next_step, res.next_step
+
+
+def test_a_parameter_read_or_not_named_by_the_check_is_not_blamed(tmp_path):
+    from autograder.feedback.sources import unread_parameter
+    from autograder.sandbox.safe_files import Snapshot
+
+    source = b"def f(x, causal=True, device=None):\n    mask = make_causal(x)\n    return mask\n"
+    snap = Snapshot(tmp_path, {}, {}).with_file("m.py", source)
+    assert unread_parameter(snap, "m.py", "f", "causal or not") == ("causal", 2)
+    assert unread_parameter(snap, "m.py", "f", "batch dims") is None  # not named by the check
+    assert unread_parameter(snap, "m.py", "f", "x changes") is None  # read
+
+
 def test_a_mask_of_one_value_is_said_as_such_not_as_a_rule():
     """An all-False mask fits 'j <= i-6' as well as any offset past the edge: no rule is read from it (set C had
     been told its mask said j <= i-6 when its code said j <= i-3)."""
@@ -251,6 +302,45 @@ def test_a_raise_the_student_wrote_points_at_the_test_that_decided_it(tmp_path):
     lines = (sub / "masking.py").read_text().splitlines()
     at = next(i for i, text in enumerate(lines, 1) if "np.any(allowed, axis=-2)" in text)
     assert f"masking.py:{at}" in res.next_step and f"masking.py:{at + 1}" not in res.next_step, res.next_step
+
+
+@pytest.mark.parametrize("file, old, new, stages", [
+    ("softmax.py", "    if np.any(np.isneginf(top)):", "    if np.all(np.isneginf(top)):", SOFTMAX),
+    ("kv_cache.py", "        if end > self.max_len:", "        if t > self.max_len:", ("heads", "kv_cache")),
+], ids=["softmax: every slice instead of any", "kv_cache: the new positions alone"])
+def test_a_raise_not_made_points_at_the_test_above_it(tmp_path, file, old, new, stages):
+    """A check that expects ValueError where the student's function returned (or failed later, writing past the
+    cache's end) points at the `if` above the function's `raise ValueError`: its condition is what did not hold,
+    not the function's def line (set A's cold student: both at the def line or the failed write before)."""
+    sub = variant(tmp_path, {file: [(old, new)]})
+    res = grade(sub, stages=list(stages))
+    assert res.stages[stages[-1]].status == "failed"
+    at = (sub / file).read_text().splitlines().index(new) + 1
+    assert f"{file}:{at}" in res.next_step, res.next_step
+
+
+def test_a_raise_for_every_tall_call_fails_and_points_at_its_test(tmp_path):
+    """Only the causal mask can leave a query row without keys: raising for every n_q > n_k (a cold student's
+    attempt, which kept every point before) fails the raise check at the `if` that decides it."""
+    old = "    offset = n_k - n_q  # query i sits at position offset + i"
+    new = "    if n_q > n_k:"
+    sub = variant(tmp_path, {"tiled.py": [(old, old + "\n" + new + "\n        raise ValueError('no keys')")]})
+    res = grade(sub, stages=["softmax", "tiled"])
+    failed = [r.check.name for r in res.stages["tiled"].checks if not r.passed]
+    assert failed == ["tiled_row_without_keys_raises"], failed
+    at = (sub / "tiled.py").read_text().splitlines().index(new) + 1
+    assert f"tiled.py:{at}" in res.next_step, res.next_step
+
+
+def test_where_a_function_raises_nothing_no_test_line_is_made_up():
+    from autograder.stages.common import raise_test_line
+
+    src = b"class C:\n    def f(self, x):\n        if x:\n            raise ValueError()\n\n" \
+          b"def g(x):\n    raise ValueError()\n\ndef h(x):\n    if x:\n        if x > 1:\n            raise ValueError\n"
+    assert raise_test_line(src, "C.f", "ValueError") == 3
+    assert raise_test_line(src, "g", "ValueError") is None  # raised outside any `if`
+    assert raise_test_line(src, "h", "ValueError") == 11  # the innermost test
+    assert raise_test_line(src, "h", "TypeError") is None and raise_test_line(src, "missing", "ValueError") is None
 
 
 # -- each relation on arrays alone: a value made with exactly one change, and the right value with none ------

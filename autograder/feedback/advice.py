@@ -7,8 +7,9 @@ from ..evidence.inference import INFERRED_IDS
 from ..outcomes import plain
 from ..results import Failure, Results, StageResult
 from ..stages import BONUS, CATALOGUE, FUNCTIONS, SHOWN_ORDER, STAGES, mistakes_of, numbers
+from . import localise
 from .repair import repair_of
-from .sources import deciding_line, def_line, first_stub, rel
+from .sources import deciding_line, def_line, first_stub, rel, unread_parameter
 
 STATUS_WORD = say.STATUS_WORD  # the renderers read it here, beside blocked_note
 
@@ -35,7 +36,8 @@ def _where(res: Results, stage, first, stub) -> str:
     if first.error and first.error.get("file"):  # the `if` that decided to raise, where the student's code raised
         line = deciding_line(res.snapshot, first.error["file"], first.error["line"])
         return f"{rel(res.submission / first.error['file'])}:{line}"
-    if first.failure == Failure.TIMEOUT and first.where and first.where.line:  # the line a hung call was running
+    if first.failure in (Failure.TIMEOUT, Failure.WRONG) and first.where and first.where.line:
+        # the line a hung call was running; the line a check placed its fault at (the `if` above a raise not made)
         return f"{rel(res.submission / first.where.file)}:{first.where.line}"
     if stub:
         return f"{rel(stub[0])}:{stub[1]}"
@@ -44,6 +46,26 @@ def _where(res: Results, stage, first, stub) -> str:
             if file in stage.files:  # a driver builds the file's class: no name points at that class
                 return def_line(res.snapshot, f"{file}:{func or ''}")
     return rel(res.submission / stage.files[0])
+
+
+def _mistake_line(res: Results, m) -> str:
+    """file:line of a catalogued mistake found without a located line: the first line of its function that makes
+    the kind of value it is about (Mistake.line), else the function's def line."""
+    file, _, function = m.where.partition(":")
+    line = localise.first_match(res.snapshot, file, function, m.line) if m.line else None
+    return f"{rel(res.submission / file)}:{line}" if line else def_line(res.snapshot, m.where)
+
+
+def _unread(res: Results, stage, first) -> dict | None:
+    """{where, function, param} for a parameter that a function of the stage the failing check called never reads,
+    where the check's words name it (`causal`, `training`, `seed`): an argument ignored (sources.unread_parameter)."""
+    said = f"{first.check.doc} {first.check.rule} {plain(first.message)}"
+    for name in first.called:
+        for file, func in FUNCTIONS[name].code() if name in FUNCTIONS else []:
+            found = unread_parameter(res.snapshot, file, func, said) if file in stage.files and func else None
+            if found:
+                return {"where": f"{rel(res.submission / file)}:{found[1]}", "function": func, "param": found[0]}
+    return None
 
 
 def located_here(res: Results, stage: str):
@@ -114,7 +136,7 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
         if sr.diagnoses:  # the mistake's own function, even where the first failure surfaced elsewhere
             m = CATALOGUE[sr.diagnoses[0]]
             where = loc_text(res, loc) if loc else \
-                say.STEP_AT.format(where=def_line(res.snapshot, m.where) if m.where else _where(res, s, first, stub))
+                say.STEP_AT.format(where=_mistake_line(res, m) if m.where else _where(res, s, first, stub))
             named = "" if m.id in INFERRED_IDS else f"{m.id}, "  # an inferred id is the kit's tag: the words alone
             return say.STEP_DIAGNOSED.format(head=head, where=where, named=named, explanation=m.explanation,
                                              repaired=repaired(loc), reread=m.reread)
@@ -124,6 +146,9 @@ def next_step(res: Results, statuses: dict[str, str] | None = None) -> str:
                     if first.error else parting_words(loc) or say.STEP_OWN_OUTPUT_WRONG)
             return say.STEP_LOCATED.format(head=head, where=loc_text(res, loc), check=first.check.name,
                                            doc=first.check.doc, what=what, repaired=repaired(loc))
+        unread = _unread(res, s, first)
+        if unread is not None:
+            return say.STEP_UNREAD.format(head=head, check=first.check.name, doc=first.check.doc, **unread)
         return say.STEP_CHECK.format(head=head, check=first.check.name, doc=first.check.doc,
                                      where=_where(res, s, first, stub))
     graded = [s for s in STAGES if s.name in res.stages]

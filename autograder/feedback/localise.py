@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from .. import messages as say
-from ..declarations import Probe
+from ..declarations import DEFAULTS_RULE, Probe
 from ..evidence.probes import EXTRA
 from ..outcomes import Fail, StudentAborted, StudentError
 from ..results import Located, StageStatus
@@ -85,7 +85,7 @@ def locate(api, ref, stage: str, snap: Snapshot) -> Located | None:
                     if body else None
             func = _follow_return(snap, p.file, p.function) if diagnosis == "inferred-no-output-projection" \
                 else p.function
-            line = (pattern and _first_match(snap, p.file, func, pattern[0])) or \
+            line = (pattern and first_match(snap, p.file, func, pattern[0])) or \
                 line_in(snap, p.file, func, diagnosis)
             return Located(p.stage, p.file, func, line or 0, diagnosis, evidence) if line else None
         right.add(p.name)
@@ -474,7 +474,7 @@ def _body_lines(snap: Snapshot, file: str, func: str) -> list[tuple[int, str]]:
             if lines[i - 1].strip() and not lines[i - 1].strip().startswith("#")]
 
 
-def _first_match(snap: Snapshot, file: str, func: str, pattern: str) -> int | None:
+def first_match(snap: Snapshot, file: str, func: str, pattern: str) -> int | None:
     hits = [i for i, text in _body_lines(snap, file, func) if re.search(pattern, text.split("#")[0])]
     return hits[0] if hits else None
 
@@ -527,6 +527,9 @@ def attach(sr, loc: Located | None, done: dict) -> None:
     as the check's `where`, and what was seen added to the check's evidence (never a diagnosis line)."""
     if loc is None or not loc.diagnosis or loc.stage != sr.stage or sr.diagnoses:
         return
+    if any(not r.passed and r.check.rule == DEFAULTS_RULE for r in sr.checks):
+        return  # a default that is not the contract's leads (advice.next_step): what the probes, called with the
+        # defaults, saw go wrong follows from it
     if any(d in done and done[d].status != StageStatus.PASSED for d in USES[sr.stage] if d != sr.stage):
         return
     for r in sr.checks:

@@ -176,3 +176,34 @@ def reached_files(snap: Snapshot, file: str, function: str | None) -> set[str]:
             elif u in defs and u != func:
                 todo.append((name, u))
     return {name for name, _ in seen}
+
+
+RANDOM_SOURCES = r"default_rng|RandomState|Generator\(|manual_seed|np\.random\.seed"  # what a seed is for
+
+
+def unread_parameter(snap: Snapshot, name: str, function: str, said: str) -> tuple[str, int] | None:
+    """(parameter, line) for a parameter of `function` (top-level, or `Class.method`) in file `name` that its body
+    never reads, when `said` (the failing check's words) names it: the line is the one body line that makes what
+    the parameter is about (a call whose name holds the parameter's, `causal_mask(n)` for `causal`; a random
+    generator for `seed`), else the parameter's own line. None where every parameter named is read."""
+    tree = _parse(snap, name)
+    owner, _, bare = function.rpartition(".")
+    scope = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner), None) \
+        if tree and owner else tree
+    node = next((n for n in ast.walk(scope) if isinstance(n, ast.FunctionDef) and n.name == bare), None) \
+        if scope else None
+    if node is None:
+        return None
+    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    params = [a for a in node.args.args + node.args.kwonlyargs if a.arg not in ("self", "cls")]
+    for a in params:
+        if a.arg in read or not re.search(rf"\b{re.escape(a.arg)}\b", said):
+            continue
+        lines = (snap.read_text(name) or "").splitlines()
+        docstring = isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        start = (node.body[0].end_lineno or node.body[0].lineno) + 1 if docstring else node.body[0].lineno
+        body = range(start, (node.end_lineno or node.body[-1].lineno) + 1)
+        about = RANDOM_SOURCES if a.arg == "seed" else rf"\w*{re.escape(a.arg)}\w*\("
+        hits = [i for i in body if re.search(about, lines[i - 1].split("#")[0])]
+        return a.arg, hits[0] if len(hits) == 1 else a.lineno
+    return None

@@ -18,10 +18,12 @@ def randn(rng: np.random.Generator, *shape, dtype=np.float64, scale: float = 1.0
 RAISED = object()  # what expect_value_error returns when the call raised ValueError as it should
 
 
-def expect_value_error(call, what: str, returned_ok: bool = True):
+def expect_value_error(call, what: str, returned_ok: bool = True, of: tuple | None = None):
     """RAISED if `call()` raises ValueError; a stub's NotImplementedError passes through.
 
-    If the call returns instead, the value is handed back when `returned_ok`, else that fails.
+    If the call returns instead, the value is handed back when `returned_ok`, else that fails; so does another
+    exception (with `of`, (api, file, function) of the function called, placed where that function decides to
+    raise ValueError: `unraised`).
     """
     try:
         got = call()
@@ -30,10 +32,52 @@ def expect_value_error(call, what: str, returned_ok: bool = True):
             return RAISED
         if e.info["type"] == "NotImplementedError":
             raise
-        raise Fail(say.RAISES_OTHER.format(what=what, type=e.info["type"], message=e.info["message"])) from None
+        said = say.RAISES_OTHER.format(what=what, type=e.info["type"], message=e.info["message"])
+        raise (unraised(*of, said) if of else Fail(said)) from None
     if returned_ok:
         return got
-    raise Fail(say.RAISES_NOT.format(what=what, got=np.asarray(got).tolist()))
+    said = say.RAISES_NOT.format(what=what, got=np.asarray(got).tolist())
+    raise unraised(*of, said) if of else Fail(said)
+
+
+def unraised(api, file: str, function: str, message: str, diagnosis: str | None = None) -> Fail:
+    """The Fail of a call of `function` (in `file`; `Class.method` allowed) that returned where the contract says it
+    raises ValueError, placed at the test of the `if` above the function's first `raise ValueError` (that condition
+    did not hold for this input), or at no line where the function raises none."""
+    snap = worker_snapshot(api)
+    line = raise_test_line(snap.read_bytes(file) if snap is not None else None, function, "ValueError")
+    return Fail(message, diagnosis, place=(file, function, line) if line else None)
+
+
+def raise_test_line(source: bytes | None, function: str, error: str) -> int | None:
+    """The line of the `if` (or `elif`) test whose body holds the first `raise <error>` of `function` (a top-level
+    function, or `Class.method`); None where it raises none there, or raises it outside any `if`."""
+    import ast
+
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return None
+    scope, found = [tree], None
+    for name in function.split("."):
+        found = next((n for s in scope for n in getattr(s, "body", []) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                      and n.name == name), None)
+        if found is None:
+            return None
+        scope = [found]
+
+    def raises(node) -> bool:
+        exc = node.exc.func if isinstance(getattr(node, "exc", None), ast.Call) else getattr(node, "exc", None)
+        return isinstance(node, ast.Raise) and isinstance(exc, (ast.Name, ast.Attribute)) and \
+            (getattr(exc, "id", None) or getattr(exc, "attr", None)) == error
+
+    tests = [(min(r.lineno for b in node.body for r in ast.walk(b) if raises(r)), node.lineno)
+             for node in ast.walk(found) if isinstance(node, ast.If)
+             and any(raises(r) for b in node.body for r in ast.walk(b))]
+    first = min((r.lineno for r in ast.walk(found) if raises(r)), default=None)
+    # the innermost `if` around the first raise: the one whose test line is the closest above it
+    around = [test for at, test in tests if at == first]
+    return max(around) if around else None
 
 
 def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:

@@ -35,6 +35,7 @@ STAGE = Stage(
                 explanation="weights are dropped when not training; dropout is off at inference",
                 reread="Article B, 'Causal attention'",
                 evidence='check:dropout_identity_in_eval',
+                line=r"^\s*(if|elif)\b.*(\btraining\b|\bp\b)",  # the test that returns the weights unchanged
                 mutant=(
                     Edit('dropout.py',
                          'if not training or p == 0.0:',

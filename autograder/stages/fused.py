@@ -46,6 +46,7 @@ STAGE = Stage(
                 reread="Article B, 'What it costs as the sequence grows'",
                 question=ASK,
                 evidence='check:no_quadratic_memory',
+                line=r"attn_mask\s*=|\.tril\(|\.triu\(",  # where the mask is made or passed
                 mutant=(
                     Edit('fused.py',
                              '    if T_q == T_k:\n'
@@ -63,8 +64,9 @@ STAGE = Stage(
                          'p = dropout_p'),
                 )),
         Mistake(id="fused-top-left", where="fused.py:fused_attention",
-                explanation="is_causal=True is used with T_q != T_k, where SDPA aligns the mask top-left; build "
-                            "the bottom-right mask in that case",
+                explanation="with T_q != T_k the causal mask is aligned top-left (what is_causal=True does in "
+                            "SDPA, or a tril with no diagonal offset): the queries are the last T_q positions, so "
+                            "build the bottom-right mask in that case",
                 reread="Article B, 'What it costs as the sequence grows'",
                 question=ASK,
                 evidence='check:bottom_right_when_lengths_differ',

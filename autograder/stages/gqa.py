@@ -6,7 +6,7 @@ from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import same_array
 from ..outcomes import Fail
-from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, randn, require_nontrivial, shape_str, unraised
 
 _R = np.random.default_rng(31)
 KV2 = _R.normal(size=(2, 3, 2))  # two key/value heads, three positions
@@ -158,11 +158,13 @@ def gqa_needs_a_divisor(api, ctx):
     w_q, w_o = randn(rng, 12, 12), randn(rng, 12, 12)
     w_k, w_v = randn(rng, 12, 9), randn(rng, 12, 9)  # 3 key/value heads of d_head 3, for 4 query heads
     got = expect_value_error(lambda: api.grouped_query_attention(x, w_q, w_k, w_v, w_o, 4, 3),
-                             "grouped_query_attention(n_heads=4, n_kv_heads=3)", returned_ok=True)
+                             "grouped_query_attention(n_heads=4, n_kv_heads=3)", returned_ok=True,
+                             of=(api, "gqa.py", "grouped_query_attention"))
     if got is not RAISED:
-        raise Fail(f"grouped_query_attention(n_heads=4, n_kv_heads=3) returned an array of shape "
-                   f"{list(np.shape(got))}; 3 does not divide 4, so the query heads cannot be split into equal "
-                   "groups: raise ValueError")
+        raise unraised(api, "gqa.py", "grouped_query_attention",
+                       f"grouped_query_attention(n_heads=4, n_kv_heads=3) returned an array of shape "
+                       f"{list(np.shape(got))}; 3 does not divide 4, so the query heads cannot be split into equal "
+                       "groups: raise ValueError")
 
 
 def _decode(api, x, w, h, kv, chunks):

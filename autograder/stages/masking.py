@@ -198,13 +198,13 @@ def apply_mask_empty_row_raises(api, ctx):
     """a query row with no allowed key raises ValueError"""
     allowed = np.array([[True, False], [False, False]])
     expect_value_error(lambda: api.apply_mask(np.zeros((2, 2)), allowed), "apply_mask with a row of no allowed key",
-                       returned_ok=False)
+                       returned_ok=False, of=(api, "masking.py", "apply_mask"))
     # per row: one empty row among good ones, in one batch entry of [2, 3, 4] scores, raises too
     batched = np.ones((2, 3, 4), dtype=bool)
     batched[1, 2] = False
     expect_value_error(lambda: api.apply_mask(np.zeros((2, 3, 4)), batched),
                        "apply_mask of [2, 3, 4] scores whose mask has no allowed key in row 2 of batch entry 1 "
-                       "(every other row has all keys)", returned_ok=False)
+                       "(every other row has all keys)", returned_ok=False, of=(api, "masking.py", "apply_mask"))
     # and only a row counts: a key no query may see (an empty column) is allowed
     column = np.array([[True, False], [True, False]])
     try:

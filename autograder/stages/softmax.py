@@ -10,7 +10,7 @@ from ..evidence.diagnosis import diagnosed
 from ..evidence.probes import S34, same_array
 from ..outcomes import Fail
 from ..sandbox.safe_files import UnusableFile
-from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, require_nontrivial, shape_str
+from .common import RAISED, expect_defaults, expect_value_error, over_baseline, randn, require_nontrivial, shape_str, unraised
 
 MEMORY_SALT = (0,)  # the measured call's scores [rows, n]: a shape drawn from the grade's seed over
 # seeded.SOFTMAX_RANGE (at most 32 x 512, 128 KiB), which reference_fp64 draws from too (salt 1)
@@ -171,24 +171,24 @@ def neginf_gets_zero(api, ctx):
 def all_neginf_raises(api, ctx):
     """a slice that is entirely -inf raises ValueError (no weights to share)"""
     s = np.array([-np.inf, -np.inf, -np.inf])
-    got = expect_value_error(lambda: api.softmax(s), "softmax of a row that is all -inf")
+    got = expect_value_error(lambda: api.softmax(s), "softmax of a row that is all -inf", of=(api, "softmax.py", "softmax"))
     if got is not RAISED:
         row = np.asarray(got, dtype=float).ravel()
         msg = f"softmax of a row that is all -inf returned {row.tolist()} instead of raising ValueError"
         if np.all(np.isnan(row)) or np.all(row == 0):
             raise diagnosed("softmax-fully-masked-silent", msg)
-        raise Fail(msg)
+        raise unraised(api, "softmax.py", "softmax", msg)
     # the rule holds per slice: one all -inf slice among good ones raises too, along either axis
     mixed = np.array([[0.5, -np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf, -np.inf], [1.0, 0.0, -np.inf, 3.0]])
     for axis, s in ((-1, mixed), (0, mixed.T.copy())):
         what = (f"softmax(scores, axis={axis}) of a [{s.shape[0]}, {s.shape[1]}] array whose "
                 f"{'row' if axis == -1 else 'column'} 1 is all -inf and the others are not")
-        got = expect_value_error(lambda: api.softmax(s, axis=axis), what)
+        got = expect_value_error(lambda: api.softmax(s, axis=axis), what, of=(api, "softmax.py", "softmax"))
         if got is not RAISED:
             bad = np.asarray(got, dtype=float)
             bad = bad[1] if axis == -1 else bad[:, 1]
-            raise Fail(f"{what} returned {bad.tolist()} for that slice instead of raising ValueError: test each "
-                       "slice along `axis` (its maximum is -inf), not the whole array")
+            raise unraised(api, "softmax.py", "softmax", f"{what} returned {bad.tolist()} for that slice instead of "
+                           "raising ValueError: test each slice along `axis` (its maximum is -inf), not the whole array")
 
 
 @STAGE.check(points=1, kind="property", visibility="public",

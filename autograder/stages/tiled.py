@@ -5,9 +5,9 @@ from ..child import seeded
 from ..declarations import DEFAULTS_RULE, Edit, Function, Mistake, Stage
 from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
-from ..outcomes import Fail
+from ..outcomes import Fail, StudentError
 from . import common, growth
-from .common import RAISED, causal_rows, expect_defaults, expect_value_error, randn, sampled_rows, shape_str
+from .common import RAISED, causal_rows, expect_defaults, expect_value_error, randn, sampled_rows, shape_str, unraised
 
 MEMORY_D = 16  # d of the memory rule's causal calls, float64, at three lengths n drawn from the grade's seed over
 # seeded.TILED_RANGE (seeded.growth_sizes)
@@ -186,17 +186,35 @@ def tiled_skips_hidden_blocks(api, ctx):
 @STAGE.check(points=1, kind="property", visibility="public",
               rule="Raises ValueError if a query row has no allowed key (causal with n_q > n_k).")
 def tiled_row_without_keys_raises(api, ctx):
-    """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN"""
+    """a query row with no allowed key (n_q > n_k, causal) raises ValueError instead of returning NaN; without the
+    causal mask every row sees every key, so n_q > n_k does not raise"""
     # blocks of 2 (the first rows' block holds no allowed key), and one block of 4 (mixed rows)
     for n_q, block in [(4, 2), (3, 4)]:
         q, k, v = np.ones((n_q, 2)), np.ones((2, 2)), np.ones((2, 2))
         got = expect_value_error(lambda: api.tiled_attention(q, k, v, True, block, block),
-                                 f"tiled_attention with n_q={n_q} > n_k=2, blocks of {block}")
+                                 f"tiled_attention with n_q={n_q} > n_k=2, blocks of {block}",
+                                 of=(api, "tiled.py", "tiled_attention"))
         if got is not RAISED:
             out = np.asarray(got, dtype=float)
             msg = (f"rows with no allowed key (n_q={n_q}, blocks of {block}) returned {out.tolist()} instead of "
                    "raising ValueError")
-            raise diagnosed("tiled-masked-row-nan" if np.isnan(out).any() else None, msg)
+            if np.isnan(out).any():
+                raise diagnosed("tiled-masked-row-nan", msg)
+            raise unraised(api, "tiled.py", "tiled_attention", msg)
+    # only the causal mask can leave a row without keys (a cold student's attempt raised for every n_q > n_k)
+    rng = ctx.rng("tiled-tall-noncausal")
+    q, k, v = randn(rng, 5, 2), randn(rng, 3, 2), randn(rng, 3, 2)
+    try:
+        got = api.tiled_attention(q, k, v, False, 2, 2)
+    except StudentError as e:
+        if e.info.get("type") != "ValueError":
+            raise
+        raise unraised(api, "tiled.py", "tiled_attention", "tiled_attention(q, k, v, causal=False) with n_q=5 > "
+                       f"n_k=3 raised ValueError ({e.info.get('message')}): without the causal mask every query row "
+                       "sees every key, so only a causal call can leave a row without one") from None
+    w = np.exp(q @ k.T / np.sqrt(2))  # [5, 3]: every key, no mask
+    check_close(got, (w / w.sum(-1, keepdims=True)) @ v, "tiled_attention(q, k, v, causal=False) with n_q=5 > n_k=3, "
+                "blocks of 2", inputs=shape_str(q, k, v))
 
 
 @STAGE.check(points=0.5, kind="property", visibility="public", rule=DEFAULTS_RULE)
