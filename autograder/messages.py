@@ -287,6 +287,7 @@ PART_MASK_TRANSPOSED = "with the mask transposed (built per column, j >= i, inst
 PART_NO_MASK = "with no mask applied (every key visible to every query)"
 PART_NO_SCALE = "with no scale: q k^T is not divided by sqrt(d_k)"
 PART_OTHER_AXIS = "{how} over axis {axis} ({which} axis) instead of the last (each row over its keys)"
+PART_WHOLE_ARRAY = "{how} over the whole array at once (one value for every row) instead of each row over its keys"
 PART_NORMALISED, PART_TAKEN = "normalised", "taken"
 PART_QUERIES_AXIS, PART_LEADING_AXIS = "the queries'", "a leading"
 PART_LEFT_OUT = "left out: it equals the reference's {step}, the step before, unchanged"

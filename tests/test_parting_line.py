@@ -40,6 +40,8 @@ SOFTMAX = ("softmax",)
 MASKING = ("softmax", "masking")  # scaling, correct in each case, is left out: its article draws only cost time
 
 MUTANTS = (
+    Mutant("variance-scaled-by-d_k", {"scaling.py": [("        dots = dots / np.sqrt(d_k)", "        dots = dots / d_k")]},
+           ("scaling",), "dots = dots / d_k", "divided by d_k"),
     Mutant("softmax-max-over-columns", {"softmax.py": [(SOFTMAX_TOP, SOFTMAX_TOP.replace("axis=axis", "axis=0"))]},
            SOFTMAX, "top = np.max(scores, axis=0, keepdims=True)", "over axis"),
     Mutant("softmax-shift-in-place", {"softmax.py": [(SOFTMAX_EXP, "    scores -= top  # shift\n    e = np.exp(scores)")]},
@@ -330,6 +332,28 @@ def test_a_raise_for_every_tall_call_fails_and_points_at_its_test(tmp_path):
     assert failed == ["tiled_row_without_keys_raises"], failed
     at = (sub / "tiled.py").read_text().splitlines().index(new) + 1
     assert f"tiled.py:{at}" in res.next_step, res.next_step
+
+
+def test_a_key_loop_that_reads_hidden_blocks_points_at_its_bound(tmp_path):
+    """Key blocks wholly in a query block's future read anyway (values right, only the NaN keys show it): no value
+    parts, so the skip check points at what sets where the key loop stops, not at the def line (three cold
+    students' attempts)."""
+    old = "        for j0 in range(0, min(n_k, last_key + 1), block_k):"
+    new = "        for j0 in range(0, n_k, block_k):"
+    sub = variant(tmp_path, {"tiled.py": [(old, new)]})
+    res = grade(sub, stages=["softmax", "tiled"])
+    at = (sub / "tiled.py").read_text().splitlines().index(new) + 1
+    assert f"tiled.py:{at}" in res.next_step, res.next_step
+
+
+def test_the_bound_of_an_inner_loop_is_read_from_the_source():
+    from autograder.stages.common import inner_loop_bound_line
+
+    src = (b"def f(n, b):\n    m = n\n    for i in range(0, n, b):\n        stop = min(n, i + b)\n"
+           b"        for j in range(0, stop, b):\n            pass\n")
+    assert inner_loop_bound_line(src, "f") == 4  # set per outer block
+    assert inner_loop_bound_line(src.replace(b"range(0, stop, b)", b"range(0, m, b)"), "f") == 5  # a size: the loop
+    assert inner_loop_bound_line(b"def f(n):\n    return n\n", "f") is None
 
 
 def test_where_a_function_raises_nothing_no_test_line_is_made_up():

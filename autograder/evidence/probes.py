@@ -228,24 +228,28 @@ def _fused(t_q: int, t_k: int, causal: bool, dropout_p: float = 0.0, training: b
                  expected=lambda r: r.fused_attention(q, k, v, causal), judge=sdpa_call(causal, dropout_p, training))
 
 
-def variance_near_theory(d_k: int, n_pairs: int) -> Callable:
-    """Judge of a score_variance answer against theory (d_k unscaled), not the reference's draws: a correct
-    estimate made from other draws is never called wrong. Five standard errors: var((q.k)^2) = 2 d_k^2 + 6 d_k."""
+def variance_near_theory(d_k: int, n_pairs: int, scaled: bool = False) -> Callable:
+    """Judge of a score_variance answer against theory (d_k unscaled, 1 scaled), not the reference's draws: a
+    correct estimate made from other draws is never called wrong. Five standard errors: var((q.k)^2) = 2 d_k^2 +
+    6 d_k, divided by d_k^2 when the dot products are divided by sqrt(d_k)."""
+    theory, call = (1, f"score_variance({d_k}, {n_pairs}, scaled=True)") if scaled else (d_k, f"score_variance({d_k}, "
+                                                                                          f"{n_pairs})")
+
     def judge(got, want, ref):
         try:
             g = float(got)
         except (TypeError, ValueError):
-            return None, f"score_variance({d_k}, {n_pairs}) returned {type(got).__name__}, expected a float"
-        se = ((2 * d_k ** 2 + 6 * d_k) / n_pairs) ** 0.5
-        return None if abs(g - d_k) <= 5 * se else \
-            (None, f"score_variance({d_k}, {n_pairs}) = {g:.4g}; theory says {d_k} (+- {5 * se:.2g})")
+            return None, f"{call} returned {type(got).__name__}, expected a float"
+        se = ((2 * d_k ** 2 + 6 * d_k) / n_pairs) ** 0.5 / (d_k if scaled else 1)
+        return None if abs(g - theory) <= 5 * se else \
+            (None, f"{call} = {g:.4g}; theory says {theory} (+- {5 * se:.2g})")
     return judge
 
 
-def _variance(d_k: int, n_pairs: int, seed: int):
+def _variance(d_k: int, n_pairs: int, seed: int, scaled: bool = False):
     return Probe(name="score_variance", file="scaling.py", function="score_variance", stage="scaling",
-                 args=(d_k, n_pairs, seed, False), expected=lambda r: r.score_variance(d_k, n_pairs, seed, False),
-                 judge=variance_near_theory(d_k, n_pairs))
+                 args=(d_k, n_pairs, seed, scaled), expected=lambda r: r.score_variance(d_k, n_pairs, seed, scaled),
+                 judge=variance_near_theory(d_k, n_pairs, scaled))
 
 
 def same_parts(*names: str) -> Callable:
@@ -296,6 +300,8 @@ def _softmax(scores: np.ndarray, *axis: int):
 
 
 S34_LARGE = S34 * 400  # exp overflows unless the row maximum is taken away first
+S34_APART = S34_LARGE + np.array([[0.0], [3000.0], [-3000.0]])  # rows thousands apart: one maximum for the whole
+# array (not each row's) leaves every row but its own at exp(-3000) = 0, and 0 / 0
 S34_HIDDEN = np.where(np.eye(3, 4, 1, dtype=bool), -np.inf, S34)  # one -inf per row: a masked score, not a row
 
 
@@ -335,10 +341,10 @@ def _tiled(causal: bool):
                  judge=same_array())
 
 
-EXTRA = {"softmax": (_softmax(S34_LARGE), _softmax(S34_HIDDEN), _softmax(S34.T, 0)),
+EXTRA = {"softmax": (_softmax(S34_LARGE), _softmax(S34_APART), _softmax(S34_HIDDEN), _softmax(S34.T, 0)),
          "costs": (_count("score_count", (7, 3)), _count("kv_cache_floats", (7, 3, 5, 11, 13))),
          "fused": (_fused(4, 4, True), _fused(3, 6, True), _fused(4, 4, False), _fused(4, 4, True, 0.5, False)),
-         "scaling": (_variance(16, 256, 3),),
+         "scaling": (_variance(16, 256, 3), _variance(16, 256, 3, scaled=True)),
          "backward": (_backward(True), _backward(False)),
          "dropout": (_dropout(),),
          "tiled": (_tiled(True), _tiled(False)),

@@ -147,6 +147,13 @@ def reduction_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
         if _eq(g, cand) or (make is not None and label in REDUCTIONS and _eq(g, make(src, axis=axis))):
             how = say.PART_NORMALISED if make is None else say.PART_TAKEN
             return say.PART_OTHER_AXIS.format(how=how, axis=axis, which=other)
+    if make is not None:  # over every axis at once: one maximum (or sum) for the whole array
+        with np.errstate(invalid="ignore", over="ignore"):
+            whole = make(src)
+            cand = {"the scores minus the row maxima": lambda: src - whole,
+                    "their exponentials": lambda: np.exp(src - whole)}.get(label, lambda: whole)()
+        if np.ndim(g) == np.ndim(cand) and _eq(g, cand) and not _eq(g, make(src, axis=-1, keepdims=True)):
+            return say.PART_WHOLE_ARRAY.format(how=say.PART_TAKEN)
     return None
 
 
@@ -178,6 +185,10 @@ def axes_relation(g: np.ndarray, want: np.ndarray) -> str | None:
             if len(swapped) == 2 else say.PART_AXES_ORDER.format(perm=perm))
 
 
+# (the raw dot products, the same divided by sqrt(d_k)) as the reference's steps name them: d_k is read off a pair
+SCALED_PAIRS = (("q k^T", SCORES[1]), ("the dot products q . k", "the dot products q . k / sqrt(d_k)"))
+
+
 def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None:
     """A constant factor, named only when it is sqrt(d_k), d_k, n or their inverses."""
     finite = np.isfinite(want) & np.isfinite(g) if g.shape == want.shape else None
@@ -186,7 +197,8 @@ def factor_relation(g: np.ndarray, want: np.ndarray, steps: Steps) -> str | None
     a = float(np.sum(g[finite] * want[finite]) / np.sum(want[finite] ** 2))
     if abs(a - 1) < 1e-3 or not _eq(g, a * want):
         return None
-    raw, scaled = _step(steps, "q k^T"), _step(steps, SCORES[1])
+    raw, scaled = next(((_step(steps, r), _step(steps, d)) for r, d in SCALED_PAIRS
+                        if _step(steps, r) is not None and _step(steps, d) is not None), (None, None))
     names = {}
     if raw is not None and scaled is not None and float(np.sum(scaled ** 2)) > 1e-12:
         d_k = round(float(np.sum(raw * scaled) / np.sum(scaled ** 2)) ** 2)

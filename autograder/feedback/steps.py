@@ -172,8 +172,9 @@ def score_variance(ref, d_k, n_pairs, seed, scaled):
     """The docstring's way: q, then k, [n_pairs, d_k] from default_rng(seed); the row-wise dot products."""
     source, shape = np.random.default_rng(seed), (n_pairs, d_k)  # not as the solutions write it (the release)
     q, k = source.standard_normal(shape), source.standard_normal(shape)  # [n_pairs, d_k]
-    dots = np.sum(q * k, axis=-1) / (np.sqrt(d_k) if scaled else 1.0)  # [n_pairs]
-    return [("q" + DRAWN, q), ("k" + DRAWN, k), ("the dot products q . k" + (" / sqrt(d_k)" if scaled else ""), dots),
+    dots = np.sum(q * k, axis=-1)  # [n_pairs]
+    divided = [("the dot products q . k / sqrt(d_k)", dots / np.sqrt(d_k))] if scaled else []  # [n_pairs]
+    return [("q" + DRAWN, q), ("k" + DRAWN, k), ("the dot products q . k", dots), *divided,
             ("the variance", np.asarray(ref.score_variance(d_k, n_pairs, seed, scaled), dtype=F64))]
 
 
@@ -335,12 +336,34 @@ def kv_cache_floats(ref, *args):
     return [("the number of floats the cache holds", np.asarray(float(ref.kv_cache_floats(*args)), dtype=F64))]
 
 
+def gqa_decode(ref, x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, cache=None):
+    """A grouped-query decode step: q in n_heads heads, k and v in n_kv_heads, the cache's positions first, each
+    key/value head repeated for its group, then attention with the queries as the last t positions."""
+    q, k, v = (np.asarray(t, dtype=F64) for t in ref.project_qkv(x, w_q, w_k, w_v))
+    qh = np.asarray(ref.split_heads(q, n_heads), dtype=F64)  # [n_heads, t, d_head]
+    kh, vh = (np.asarray(ref.split_heads(t, n_kv_heads), dtype=F64) for t in (k, v))  # [n_kv_heads, t, d_head]
+    steps = [("q", q), ("k", k), ("v", v), ("q's heads [n_heads, n, d_head]", qh),
+             ("k's heads [n_kv_heads, n, d_head]", kh), ("v's heads [n_kv_heads, n, d_head]", vh)]
+    if cache is not None:
+        kh = np.concatenate([np.asarray(cache[0], dtype=F64), kh], axis=-2)  # [n_kv_heads, L + t, d_head]
+        vh = np.concatenate([np.asarray(cache[1], dtype=F64), vh], axis=-2)
+        steps += [("k's cached positions, then the new ones", kh), ("v's cached positions, then the new ones", vh)]
+    rep = n_heads // n_kv_heads
+    kr, vr = (np.asarray(ref.repeat_kv(t, rep), dtype=F64) for t in (kh, vh))  # [n_heads, L + t, d_head]
+    steps += [("k's heads repeated for each query head", kr), ("v's heads repeated for each query head", vr)]
+    steps += _attention(ref, qh, kr, vr, ref.causal_mask(qh.shape[-2], kr.shape[-2]))
+    steps += [("the merged heads", np.asarray(ref.merge_heads(steps[-1][1]), dtype=F64)),
+              ("the output", np.asarray(ref.gqa_decode(x, w_q, w_k, w_v, w_o, n_heads, n_kv_heads, cache)[0],
+                                        dtype=F64))]
+    return steps
+
+
 # the probe's name -> its steps (ref, *probe args)
 STEPS = {f.__name__: f for f in (softmax, scaled_scores, causal_mask, apply_mask, attention, split_heads,
                                  merge_heads, multi_head_attention, module_forward, module_decode, dot_scores,
                                  simple_self_attention, project_qkv, score_variance, attention_backward,
                                  dropout_probe, rotate, rope_attention, rope_decode, tiled_attention, score_count,
-                                 kv_cache_floats)}
+                                 kv_cache_floats, gqa_decode)}
 
 
 def steps_for(ref, name: str, args: tuple) -> list[tuple[str, np.ndarray]] | None:

@@ -80,6 +80,32 @@ def raise_test_line(source: bytes | None, function: str, error: str) -> int | No
     return max(around) if around else None
 
 
+def inner_loop_bound_line(source: bytes | None, function: str) -> int | None:
+    """The line that sets where the innermost `for ... in range(...)` loop of top-level `function` stops: the last
+    assignment, inside the loop around it, of a name passed as its stop (`k_stop = ...`, then `range(0, k_stop, bk)`),
+    else the loop's own line; None where it has no such loop. (A tiled loop reading key blocks it should skip.)"""
+    import ast
+
+    try:
+        tree = ast.parse(source or b"")
+    except (SyntaxError, ValueError):
+        return None
+    node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    loops = [n for n in ast.walk(node) if isinstance(n, ast.For) and isinstance(n.iter, ast.Call)
+             and getattr(n.iter.func, "id", None) == "range" and n.iter.args] if node else []
+    inner = [n for n in loops if not any(m is not n and isinstance(m, ast.For) for m in ast.walk(n))]
+    if not inner:
+        return None
+    loop = inner[0]
+    stop = loop.iter.args[1] if len(loop.iter.args) > 1 else loop.iter.args[0]
+    names = {n.id for n in ast.walk(stop) if isinstance(n, ast.Name)}
+    outer = min((n.lineno for n in loops if n is not loop and n.lineno < loop.lineno <= (n.end_lineno or 0)),
+                default=loop.lineno)
+    made = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Assign) and outer <= n.lineno < loop.lineno
+            and names & {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}]
+    return max(made) if made else loop.lineno  # a bound set per outer block, else the loop's own (a size: n_k)
+
+
 def expect_defaults(api, want: dict[str, dict[str, str]], written) -> None:
     """Each "module:function" (or "module:Class") keeps the defaults of its stub's signature
     (`want` gives each default as it is written, e.g. {"axis": "-1"}). `written` is what a call of the

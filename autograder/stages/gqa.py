@@ -13,6 +13,24 @@ KV2 = _R.normal(size=(2, 3, 2))  # two key/value heads, three positions
 X48 = _R.normal(size=(4, 8))
 WQ8, WO8 = _R.normal(size=(8, 8)) / 3, _R.normal(size=(8, 8)) / 3
 WK4, WV4 = _R.normal(size=(8, 4)) / 3, _R.normal(size=(8, 4)) / 3  # 2 key/value heads of d_head 2
+X28, X38 = _R.normal(size=(2, 8)), _R.normal(size=(3, 8))  # two new tokens after a prefix of three
+CACHE3 = tuple((X38 @ w).reshape(3, 2, 2).transpose(1, 0, 2) for w in (WK4, WV4))  # the prefix's [2, 3, 2] k and v
+
+
+def decode_step(got, want, ref):
+    """Judge of gqa_decode(two new tokens, a cache of three): its output, then the cache it hands back."""
+    said = "gqa_decode of 2 new tokens (n_heads=4, n_kv_heads=2) after a cache of 3"
+    try:
+        out, (k, v) = got
+    except (TypeError, ValueError):
+        return None, f"{said} returned {type(got).__name__}, not (out, (k, v))"
+    k_all, v_all = ref.gqa_decode(X28, WQ8, WK4, WV4, WO8, 4, 2, CACHE3)[1]
+    if np.shape(out) != np.shape(want) or not np.allclose(out, want, atol=1e-6):
+        return None, f"{said}: the output is wrong"
+    if any(np.shape(a) != np.shape(b) or not np.allclose(a, b, atol=1e-6) for a, b in ((k, k_all), (v, v_all))):
+        return None, f"{said}: the cache handed back does not hold the 5 positions' key/value heads [2, 5, 2]"
+    return None
+
 
 STAGE = Stage(
     name="gqa", number=13, points=5, files=("gqa.py",), calls=("heads",),
@@ -78,6 +96,8 @@ STAGE = Stage(
         Probe(name="grouped_query_attention", file="gqa.py", function="grouped_query_attention",
               args=(X48, WQ8, WK4, WV4, WO8, 4, 2),
               expected=lambda r: r.grouped_query_attention(X48, WQ8, WK4, WV4, WO8, 4, 2), judge=same_array()),
+        Probe(name="gqa_decode", file="gqa.py", function="gqa_decode", args=(X28, WQ8, WK4, WV4, WO8, 4, 2, CACHE3),
+              expected=lambda r: r.gqa_decode(X28, WQ8, WK4, WV4, WO8, 4, 2, CACHE3)[0], judge=decode_step),
     ),
 )
 

@@ -7,7 +7,17 @@ from ..evidence.compare import check_close
 from ..evidence.diagnosis import diagnosed
 from ..outcomes import Fail, StudentError
 from . import common, growth
-from .common import RAISED, causal_rows, expect_defaults, expect_value_error, randn, sampled_rows, shape_str, unraised
+from .common import (
+    RAISED,
+    causal_rows,
+    expect_defaults,
+    expect_value_error,
+    inner_loop_bound_line,
+    randn,
+    sampled_rows,
+    shape_str,
+    unraised,
+)
 
 MEMORY_D = 16  # d of the memory rule's causal calls, float64, at three lengths n drawn from the grade's seed over
 # seeded.TILED_RANGE (seeded.growth_sizes)
@@ -170,10 +180,11 @@ def tiled_skips_hidden_blocks(api, ctx):
                            "NaN is made inside the call (a row's running maximum, sum or rescaling), not read from "
                            "the hidden keys, so whether hidden blocks are skipped cannot be told until the values "
                            "are right (the values' own checks show where)")
+            bound = inner_loop_bound_line(common.worker_snapshot(api).read_bytes("tiled.py"), "tiled_attention")
             raise Fail(f"{what} gave NaN in row {row}: its query block (rows {i0}..{min(i0 + bq, n_q) - 1}) sees no "
                        f"key past {n_k - n_q + min(i0 + bq, n_q) - 1}, yet a key block from {j0} on reached it (read "
                        "with weights 0, and 0 x NaN is NaN). Stop each query block's key loop after the key block "
-                       "holding its last visible key")
+                       "holding its last visible key", place=("tiled.py", "tiled_attention", bound) if bound else None)
         check_close(got[:kept], ctx.ref.tiled_attention(q, k, v, True)[:kept],
                     f"{what}: rows 0..{kept - 1}, which never see those keys", inputs=f"q {shape_str(q)}, k {shape_str(k)}")
         sees = np.arange(n_q) + n_k - n_q >= j0  # rows that attend to a NaN value with a weight above 0
