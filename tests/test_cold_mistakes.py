@@ -1,12 +1,14 @@
-"""Issue 42's regression set: 86 mistakes a cold student wrote (someone given only the student README and the
-stubs, who had read none of the catalogue, the tracer or the tests), each one change to their own correct stage
-files (`tests/cold/set_a/correct/`, full marks): `fix.json` holds the change as (old, new) edits of that file, the
-lines of the changed file that the fix changes, and the student's sentence of what the bug is.
+"""Issue 42's regression sets: mistakes cold students wrote (each given only the student README and the stubs,
+having read none of the catalogue, the tracer or the tests), each one change to that student's own correct stage
+files (`tests/cold/<set>/correct/`, full marks): `fix.json` holds the change as (old, new) edits of that file, the
+lines of the changed file that the fix changes, and the student's sentence of what the bug is. Set A (86
+attempts) was written before the tracer's general relations; set D (80) in the stop that built the fallbacks'
+mechanisms (the raise not made, the parameter never read, the loop bound), on which it was measured.
 
 Every attempt fails its stage; no name is given that was not reviewed for that attempt (`names` in its fix.json:
 the diagnoses and parting-line kinds the feedback gave when the set was taken in, each read against the student's
-own sentence of what the bug is); and the set's figures (named, next step on a line the fix changes, a def line
-given instead) do not fall below those measured (`figures.json`). Grading all 86 takes about a minute."""
+own sentence of what the bug is); and each set's figures (named, next step on a line the fix changes, a def line
+given instead) do not fall below those measured (`figures.json`). Grading a set takes about a minute."""
 import ast
 import json
 import re
@@ -18,8 +20,8 @@ from conftest import grade, variant
 
 pytestmark = pytest.mark.slow  # 86 grades: make test only (CONTRIBUTING.md)
 
-SET = Path(__file__).parent / "cold" / "set_a"
-ATTEMPTS = sorted(p.name for p in (SET / "mistakes").iterdir() if (p / "fix.json").exists())
+COLD = Path(__file__).parent / "cold"
+SETS = sorted(p.name for p in COLD.iterdir() if (p / "figures.json").exists())
 NAMED = re.compile(r"Diagnosis |Confirmed|: your `|equals the reference|holds |are not the contract's|never reads its parameter")
 
 
@@ -43,40 +45,41 @@ def kinds(res) -> set[str]:
     return ids | {kind for kind, said in KINDS.items() if said in words}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict:
-    """id -> (fix.json, results, terminal text), each attempt graded on its own stage."""
+@pytest.fixture(scope="module", params=SETS)
+def graded(request, tmp_path_factory) -> dict:
+    """id -> (fix.json, results, terminal text), each attempt of one set graded on its own stage."""
     from autograder.report.terminal import terminal
 
-    out = {}
-    for name in ATTEMPTS:
-        fix = json.loads((SET / "mistakes" / name / "fix.json").read_text())
-        sub = variant(tmp_path_factory.mktemp(name), {fix["file"]: fix["edits"]}, base=SET / "correct")
+    here, out = COLD / request.param, {}
+    for attempt in sorted(p for p in (here / "mistakes").iterdir() if (p / "fix.json").exists()):
+        fix = json.loads((attempt / "fix.json").read_text())
+        sub = variant(tmp_path_factory.mktemp(attempt.name), {fix["file"]: fix["edits"]}, base=here / "correct")
         res = grade(sub, stages=[fix["stage"]])
-        out[name] = (fix, res, terminal(res), sub)
-    return out
+        out[attempt.name] = (fix, res, terminal(res), sub)
+    return {"set": here, "attempts": out}
 
 
-def test_the_correct_files_get_full_marks(tmp_path):
+@pytest.mark.parametrize("name", SETS)
+def test_the_correct_files_get_full_marks(tmp_path, name):
     sub = tmp_path / "submission"
-    shutil.copytree(SET / "correct", sub)
+    shutil.copytree(COLD / name / "correct", sub)
     res = grade(sub)
     assert res.score + res.bonus_score == res.max_score + res.bonus_max_score
 
 
 def test_every_attempt_fails_its_stage(graded):
-    passed = [n for n, (fix, res, _, _) in graded.items() if res.stages[fix["stage"]].status == "passed"]
+    passed = [n for n, (fix, res, _, _) in graded["attempts"].items() if res.stages[fix["stage"]].status == "passed"]
     assert passed == []
 
 
 def test_no_name_that_was_not_reviewed_for_the_attempt(graded):
-    new = {n: sorted(kinds(res) - set(fix.get("names", []))) for n, (fix, res, _, _) in graded.items()}
+    new = {n: sorted(kinds(res) - set(fix.get("names", []))) for n, (fix, res, _, _) in graded["attempts"].items()}
     assert {n: k for n, k in new.items() if k} == {}
 
 
 def figures(graded) -> dict:
     named = on_line = def_line = 0
-    for fix, res, text, sub in graded.values():
+    for fix, res, text, sub in graded["attempts"].values():
         named += bool(NAMED.search(text))
         m = re.search(re.escape(fix["file"]) + r":(\d+)", res.next_step)
         line = int(m.group(1)) if m else None
@@ -84,11 +87,11 @@ def figures(graded) -> dict:
                 if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         on_line += line in fix["fix_lines"]
         def_line += (line is None or line in defs) and line not in fix["fix_lines"]
-    return {"attempts": len(graded), "named": named, "on_line": on_line, "def_line_or_none": def_line}
+    return {"attempts": len(graded["attempts"]), "named": named, "on_line": on_line, "def_line_or_none": def_line}
 
 
 def test_the_sets_figures_do_not_fall(graded):
-    kept = json.loads((SET / "figures.json").read_text())
+    kept = json.loads((graded["set"] / "figures.json").read_text())
     now = figures(graded)
     assert now["attempts"] == kept["attempts"]
     assert now["named"] >= kept["named"] and now["on_line"] >= kept["on_line"], (now, kept)

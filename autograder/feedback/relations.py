@@ -153,7 +153,7 @@ def reduction_relation(g: np.ndarray, label: str, steps: Steps) -> str | None:
             cand = {"the scores minus the row maxima": lambda: src - whole,
                     "their exponentials": lambda: np.exp(src - whole)}.get(label, lambda: whole)()
         if np.ndim(g) == np.ndim(cand) and _eq(g, cand) and not _eq(g, make(src, axis=-1, keepdims=True)):
-            return say.PART_WHOLE_ARRAY.format(how=say.PART_TAKEN)
+            return say.PART_WHOLE_ARRAY if label in REDUCTIONS else say.PART_WHOLE_MAX
     return None
 
 

@@ -1,0 +1,39 @@
+# Your code goes here: replace each `raise NotImplementedError(...)` with your own. `make grade` checks
+# it and names the next step; `make hint` gives a nudge.
+"""Stage 8: the whole attention as one fused call.
+
+Article B, "Code that matches the hand numbers" and "What it costs as the sequence grows".
+"""
+import torch
+import torch.nn.functional as F
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = True,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> torch.Tensor:
+    """One call of F.scaled_dot_product_attention. q [B, H, T_q, D], k/v [B, H, T_k, D] -> [B, H, T_q, D].
+
+    causal=True: the queries are the last T_q positions (bottom-right alignment), so
+    query i sees keys j <= T_k - T_q + i. When T_q == T_k use is_causal (no T x T mask
+    is built). Dropout is applied only when `training` is True.
+    One causal call's memory must grow with T * d, not T * T. It is measured at three lengths T
+    from 1,024 to 8,192, drawn from the grade's seed (the shortest below 1,088, the longest from
+    6,144), counting every page the call touches (memory held before it too, such as a buffer
+    filled at import): it must grow about 2x per doubling of T (a T x T matrix makes 4x), at most
+    2.8x, and never fall as T grows.
+    """
+    p = dropout_p if training else 0.0
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if not causal:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+    if t_q == t_k:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+    i = torch.arange(t_q, device=q.device)[:, None]
+    j = torch.arange(t_k, device=q.device)[None, :]
+    mask = j <= (t_k - t_q) + i
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
