@@ -131,6 +131,7 @@ def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_
 
 
 LENGTHS = (131, 340, 705)
+SHAPE = (4, 16, 16)  # (B, H, d_head) the counts below were measured at
 
 
 def run_of(peak, cpu, base_peak=(0, 0, 0), base_cpu=(0.005, 0.006, 0.011)) -> DecodeRun:
@@ -142,28 +143,28 @@ def test_growth_law_on_counts_seen():
     quadratic step, and a step quadratic at the shortest length only (a size gate)."""
     mib = 2**20
     correct = run_of((0.6 * mib, 0, 0.4 * mib), (0.007, 0.006, 0.012))
-    assert not judge_memory(LENGTHS, correct).quadratic and not judge_cpu(LENGTHS, correct).quadratic
+    assert not judge_memory(LENGTHS, correct, SHAPE).quadratic and not judge_cpu(LENGTHS, correct).quadratic
     quadratic = run_of((20 * mib, 255 * mib, 262 * mib), (0.096, 0.750, 3.463))
     cpu = judge_cpu(LENGTHS, quadratic)
-    assert cpu.quadratic and judge_memory(LENGTHS, quadratic).quadratic
+    assert cpu.quadratic and judge_memory(LENGTHS, quadratic, SHAPE).quadratic
     assert "grew 4.0x" in cpu.said or "grew 4.1x" in cpu.said, cpu.said
     gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
-    assert judge_memory(LENGTHS, gate).quadratic  # not by growth: by the pair scores at 131
-    assert pair_bytes(131) < 25 * mib
+    assert judge_memory(LENGTHS, gate, SHAPE).quadratic  # not by growth: by the pair scores at 131
+    assert pair_bytes(131, SHAPE) < 25 * mib
 
 
 def test_a_run_stopped_at_its_shortest_length_is_judged_there():
     """A step far too slow at the shortest length (DecodePlan.enough: its 8 counted steps over CPU_STOP_S) stops the
     student's side: the longer lengths are not reached, the verdict is the one length's, said as such, and a
     second run that reached them adds its counts."""
-    plan = DecodePlan(0, LENGTHS, ())
+    plan = DecodePlan(0, SHAPE, LENGTHS, ())
     Cost = type("Cost", (), {})
     slow, quick = Cost(), Cost()
     slow.cpu_s, quick.cpu_s = CPU_STOP_S + 0.1, 0.01
     assert plan.enough(2, None, slow) and not plan.enough(2, None, quick)
     assert not plan.enough(0, None, None) and not plan.enough(1, None, None)  # the start and a fill are not steps
     stopped = run_of((2**20, None, None), (CPU_STOP_S + 0.1, None, None))
-    cpu, memory = judge_cpu(LENGTHS, stopped), judge_memory(LENGTHS, stopped)
+    cpu, memory = judge_cpu(LENGTHS, stopped), judge_memory(LENGTHS, stopped, SHAPE)
     assert cpu.quadratic and "longer caches not measured" in cpu.said and "at 131 cached positions" in cpu.said
     assert not memory.quadratic and "1.0 MiB at 131" in memory.said
     # the same first length, under the rule: not failed on one length's growth, which it has none of

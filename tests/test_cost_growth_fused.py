@@ -92,13 +92,14 @@ class _Measurer:
 def _fused_growth(m: _Measurer, seed: int, module: bool = False):
     salt = fused.MODULE_SALT if module else 0
     name = "module_fused_memory_run" if module else "fused_memory_run"
-    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), (fused.MEMORY_D,), seed,
-                    fused._own_bytes)
+    shape = seeded.fused_shape(seed, salt)
+    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), shape, seed, fused._own_bytes(shape))
 
 
 def _tiled_growth(m: _Measurer, seed: int):
-    return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (tiled.MEMORY_D,
-                    tiled.MEMORY_BLOCK), seed, lambda n: 4 * n * tiled.MEMORY_D * 8, "n")
+    block, d = seeded.tiled_shape(seed)
+    return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (d, block), seed,
+                    tiled.own_bytes(d), "n")
 
 
 def test_the_lengths_cover_the_range_and_a_correctness_check_shares_it():
@@ -152,7 +153,7 @@ def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
     for folder in (SOLUTIONS, sub):
         m = _Measurer(folder, torch=True)
         try:
-            peaks = {watched: m.worker.measure("driver:fused_memory_run", 4096, 32, timeout=120, loads=("torch",),
+            peaks = {watched: m.worker.measure("driver:fused_memory_run", 4096, 1, 1, 32, timeout=120, loads=("torch",),
                                                seed=3, watched=watched)[1] for watched in (True, False)}
         finally:
             m.close()
