@@ -97,6 +97,21 @@ def test_a_step_gated_on_the_steps_since_a_prefill_loses(tmp_path):
     assert st.score == st.max_score - cost.check.points
 
 
+OLD_SHAPE = "x.shape[0] == 4 and self.n_heads == 16"  # the measured decode's B and H while they were constants
+
+
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
+def test_a_step_gated_on_the_old_measured_shape_loses(tmp_path):
+    """Issue 41: every pair redone unless (B, H) == (4, 16), the measured decode's batch and heads while they were
+    constants (DECODE_SIZES), which no decode check used: it kept 16/16. The measured shape is drawn from the grade's
+    seed now (seeded.decode_shape), another at the default seed, and the outputs there are checked too."""
+    st, cost = cost_check(variant(tmp_path, gated(f"not ({OLD_SHAPE})")))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points  # its outputs are right on both paths
+    B, H, D = seeded.decode_shape(0)
+    assert (B, H) != (4, 16) and f"(B={B}, H={H}, d_head={D})" in cost.message, cost.message
+
+
 CACHE_INIT = "        self.length = 0\n"
 PAIRS = ("        self.pairs = torch.ones(batch * n_heads * max_len * max_len, dtype=dtype)  # made and filled with the "
          "cache\n")
@@ -185,3 +200,13 @@ def test_size_gates_across_the_stated_range_lose_at_nearly_every_seed(threshold,
     sub = variant(tmp_path, gated(f"cache.max_len < {threshold}"))
     lost = sum(not cost_check(sub, seed)[1].passed for seed in range(1, 21))
     assert lost >= 19, lost
+
+
+@pytest.mark.sweep  # `make sweep` (CONTRIBUTING.md)
+def test_a_step_gated_on_one_drawn_shape_loses_wherever_another_is_drawn(tmp_path):
+    """Issue 41: a step linear only at one (B, H) (the old constant's 4 x 16) keeps the rule only at the seeds that
+    draw it (seeded.decode_shape: one of nine), and loses it at 16 of 20 or more."""
+    sub = variant(tmp_path, gated(f"not ({OLD_SHAPE})"))
+    kept = [seed for seed in range(1, 21) if cost_check(sub, seed)[1].passed]
+    drawn = [seed for seed in range(1, 21) if seeded.decode_shape(seed)[:2] == (4, 16)]
+    assert set(kept) <= set(drawn) and len(kept) <= 4, (kept, drawn)
