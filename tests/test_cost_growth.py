@@ -97,6 +97,21 @@ def test_a_step_gated_on_the_steps_since_a_prefill_loses(tmp_path):
     assert st.score == st.max_score - cost.check.points
 
 
+OLD_SHAPE = "x.shape[0] == 4 and self.n_heads == 16"  # the measured decode's B and H while they were constants
+
+
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
+def test_a_step_gated_on_the_old_measured_shape_loses(tmp_path):
+    """Issue 41: every pair redone unless (B, H) == (4, 16), the measured decode's batch and heads while they were
+    constants (DECODE_SIZES), which no decode check used: it kept 16/16. The measured shape is drawn from the grade's
+    seed now (seeded.decode_shape), another at the default seed, and the outputs there are checked too."""
+    st, cost = cost_check(variant(tmp_path, gated(f"not ({OLD_SHAPE})")))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points  # its outputs are right on both paths
+    B, H, D = seeded.decode_shape(0)
+    assert (B, H) != (4, 16) and f"(B={B}, H={H}, d_head={D})" in cost.message, cost.message
+
+
 CACHE_INIT = "        self.length = 0\n"
 PAIRS = ("        self.pairs = torch.ones(batch * n_heads * max_len * max_len, dtype=dtype)  # made and filled with the "
          "cache\n")
@@ -131,6 +146,7 @@ def test_without_per_call_counts_the_whole_child_decides_and_built_buffers_cost_
 
 
 LENGTHS = (131, 340, 705)
+SHAPE = (4, 16, 16)  # (B, H, d_head) the counts below were measured at
 
 
 def run_of(peak, cpu, base_peak=(0, 0, 0), base_cpu=(0.005, 0.006, 0.011)) -> DecodeRun:
@@ -142,28 +158,28 @@ def test_growth_law_on_counts_seen():
     quadratic step, and a step quadratic at the shortest length only (a size gate)."""
     mib = 2**20
     correct = run_of((0.6 * mib, 0, 0.4 * mib), (0.007, 0.006, 0.012))
-    assert not judge_memory(LENGTHS, correct).quadratic and not judge_cpu(LENGTHS, correct).quadratic
+    assert not judge_memory(LENGTHS, correct, SHAPE).quadratic and not judge_cpu(LENGTHS, correct).quadratic
     quadratic = run_of((20 * mib, 255 * mib, 262 * mib), (0.096, 0.750, 3.463))
     cpu = judge_cpu(LENGTHS, quadratic)
-    assert cpu.quadratic and judge_memory(LENGTHS, quadratic).quadratic
+    assert cpu.quadratic and judge_memory(LENGTHS, quadratic, SHAPE).quadratic
     assert "grew 4.0x" in cpu.said or "grew 4.1x" in cpu.said, cpu.said
     gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
-    assert judge_memory(LENGTHS, gate).quadratic  # not by growth: by the pair scores at 131
-    assert pair_bytes(131) < 25 * mib
+    assert judge_memory(LENGTHS, gate, SHAPE).quadratic  # not by growth: by the pair scores at 131
+    assert pair_bytes(131, SHAPE) < 25 * mib
 
 
 def test_a_run_stopped_at_its_shortest_length_is_judged_there():
     """A step far too slow at the shortest length (DecodePlan.enough: its 8 counted steps over CPU_STOP_S) stops the
     student's side: the longer lengths are not reached, the verdict is the one length's, said as such, and a
     second run that reached them adds its counts."""
-    plan = DecodePlan(0, LENGTHS, ())
+    plan = DecodePlan(0, SHAPE, LENGTHS, ())
     Cost = type("Cost", (), {})
     slow, quick = Cost(), Cost()
     slow.cpu_s, quick.cpu_s = CPU_STOP_S + 0.1, 0.01
     assert plan.enough(2, None, slow) and not plan.enough(2, None, quick)
     assert not plan.enough(0, None, None) and not plan.enough(1, None, None)  # the start and a fill are not steps
     stopped = run_of((2**20, None, None), (CPU_STOP_S + 0.1, None, None))
-    cpu, memory = judge_cpu(LENGTHS, stopped), judge_memory(LENGTHS, stopped)
+    cpu, memory = judge_cpu(LENGTHS, stopped), judge_memory(LENGTHS, stopped, SHAPE)
     assert cpu.quadratic and "longer caches not measured" in cpu.said and "at 131 cached positions" in cpu.said
     assert not memory.quadratic and "1.0 MiB at 131" in memory.said
     # the same first length, under the rule: not failed on one length's growth, which it has none of
@@ -184,3 +200,13 @@ def test_size_gates_across_the_stated_range_lose_at_nearly_every_seed(threshold,
     sub = variant(tmp_path, gated(f"cache.max_len < {threshold}"))
     lost = sum(not cost_check(sub, seed)[1].passed for seed in range(1, 21))
     assert lost >= 19, lost
+
+
+@pytest.mark.sweep  # `make sweep` (CONTRIBUTING.md)
+def test_a_step_gated_on_one_drawn_shape_loses_wherever_another_is_drawn(tmp_path):
+    """Issue 41: a step linear only at one (B, H) (the old constant's 4 x 16) keeps the rule only at the seeds that
+    draw it (seeded.decode_shape: one of nine), and loses it at 16 of 20 or more."""
+    sub = variant(tmp_path, gated(f"not ({OLD_SHAPE})"))
+    kept = [seed for seed in range(1, 21) if cost_check(sub, seed)[1].passed]
+    drawn = [seed for seed in range(1, 21) if seeded.decode_shape(seed)[:2] == (4, 16)]
+    assert set(kept) <= set(drawn) and len(kept) <= 4, (kept, drawn)

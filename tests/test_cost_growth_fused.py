@@ -64,6 +64,30 @@ def _tiled_gated(gate: int) -> str:
     return src[:i] + f"    if n_q < {gate}:\n" + "".join("    " + line for line in HAND_TILED.splitlines(True)) + src[i:]
 
 
+# Issue 41: cheap only at the measured calls' old constant shapes, which no correctness check used (both kept full
+# points): the fused call's H = 1 and d_head = 32, the tiled call's blocks of 256. Elsewhere the hand-written T x T
+# attention (right values, eval only) or the whole n x n scores, from the rules' ranges on (below them, the checks'
+# small calls take the right path)
+OLD_FUSED = "q.shape[1] == 1 and q.shape[-1] == 32"
+OLD_TILED = "block_q == 256"
+
+
+def _fused_unless(shape: str) -> str:
+    """Hand-written T x T attention for causal calls of 1,024 tokens or more, unless `shape` holds."""
+    src = (SOLUTIONS / "fused.py").read_text()
+    i = src.index(FUSED_START)
+    gate = f"    if causal and q.shape[-2] == k.shape[-2] >= 1024 and not (training and dropout_p) and not ({shape}):\n"
+    return src[:i] + gate + "".join("    " + line for line in HAND_FUSED.splitlines(True)) + src[i:]
+
+
+def _tiled_unless(shape: str) -> str:
+    """The whole n x n scores for causal calls of 512 rows or more, unless `shape` holds; the tiled loop otherwise."""
+    src = (SOLUTIONS / "tiled.py").read_text()
+    i = src.index(TILED_START)
+    return (src[:i] + f"    if causal and n_q == k.shape[0] >= 512 and not ({shape}):\n"
+            + "".join("    " + line for line in HAND_TILED.splitlines(True)) + src[i:])
+
+
 def _submission(tmp_path, name: str, files: dict):
     sub = tmp_path / name
     sub.mkdir()
@@ -92,13 +116,14 @@ class _Measurer:
 def _fused_growth(m: _Measurer, seed: int, module: bool = False):
     salt = fused.MODULE_SALT if module else 0
     name = "module_fused_memory_run" if module else "fused_memory_run"
-    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), (fused.MEMORY_D,), seed,
-                    fused._own_bytes)
+    shape = seeded.fused_shape(seed, salt)
+    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), shape, seed, fused._own_bytes(shape))
 
 
 def _tiled_growth(m: _Measurer, seed: int):
-    return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (tiled.MEMORY_D,
-                    tiled.MEMORY_BLOCK), seed, lambda n: 4 * n * tiled.MEMORY_D * 8, "n")
+    block, d = seeded.tiled_shape(seed)
+    return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (d, block), seed,
+                    tiled.own_bytes(d), "n")
 
 
 def test_the_lengths_cover_the_range_and_a_correctness_check_shares_it():
@@ -152,7 +177,7 @@ def test_a_probe_changes_no_peak_and_causal_lower_right_stays_lazy(tmp_path):
     for folder in (SOLUTIONS, sub):
         m = _Measurer(folder, torch=True)
         try:
-            peaks = {watched: m.worker.measure("driver:fused_memory_run", 4096, 32, timeout=120, loads=("torch",),
+            peaks = {watched: m.worker.measure("driver:fused_memory_run", 4096, 1, 1, 32, timeout=120, loads=("torch",),
                                                seed=3, watched=watched)[1] for watched in (True, False)}
         finally:
             m.close()
@@ -329,3 +354,51 @@ def test_correct_code_keeps_the_rules_at_20_seeds(tmp_path):
                     assert why is None, (kind, "module", seed, why)
         finally:
             m.close()
+
+
+@pytest.mark.slow  # hand-written T x T attention at three lengths up to 8,192, twice: make test only
+def test_fused_code_cheap_only_at_the_old_shape_loses_the_memory_points(tmp_path):
+    """Issue 41: hand-written T x T attention unless H == 1 and d_head == 32 kept 14/14; at the default seed the
+    function's and the module's measured shapes are others (seeded.fused_shape), so both memory checks are lost and
+    nothing else (the values are right on both paths)."""
+    st = grade(_submission(tmp_path, "old-shape", {"fused.py": _fused_unless(OLD_FUSED)}), stages=["fused"],
+               seed=0).stages["fused"]
+    lost = {r.check.name: r for r in st.checks if not r.passed}
+    assert set(lost) == {"no_quadratic_memory", "module_fused_path"}, {n: r.message for n, r in lost.items()}
+    assert st.score == st.max_score - sum(r.check.points for r in lost.values())
+    assert all(s[1:] != (1, 32) for s in (seeded.fused_shape(0), seeded.fused_shape(0, fused.MODULE_SALT)))
+
+
+def test_tiled_code_cheap_only_at_the_old_block_loses_the_memory_point(tmp_path):
+    """Issue 41: the whole n x n scores unless the blocks are 256 kept 10/10; at the default seed the measured
+    block is another (seeded.tiled_shape), so the memory check is lost and nothing else."""
+    st = grade(_submission(tmp_path, "old-block", {"tiled.py": _tiled_unless(OLD_TILED)}), stages=["tiled"],
+               seed=0).stages["tiled"]
+    lost = {r.check.name: r for r in st.checks if not r.passed}
+    assert set(lost) == {"tiled_memory_linear"}, {n: r.message for n, r in lost.items()}
+    assert st.score == st.max_score - lost["tiled_memory_linear"].check.points
+    assert seeded.tiled_shape(0)[0] != 256
+
+
+@pytest.mark.sweep  # `make sweep` (CONTRIBUTING.md)
+@pytest.mark.parametrize("kind", ["fused", "module", "tiled"])
+def test_code_cheap_at_one_drawn_shape_loses_wherever_another_is_drawn(tmp_path, kind):
+    """Issue 41: code cheap only at one shape (the old constants) keeps a memory rule only at the seeds that draw
+    that shape, and loses it at 16 of 20 or more."""
+    stage = "tiled" if kind == "tiled" else "fused"
+    text = _tiled_unless(OLD_TILED) if kind == "tiled" else _fused_unless(OLD_FUSED)
+    m = _Measurer(_submission(tmp_path, kind, {f"{stage}.py": text}), torch=stage == "fused")
+    kept, drawn = [], []
+    try:
+        for seed in range(20):
+            if kind == "tiled":
+                g, why = _tiled_growth(m, seed)
+                old = seeded.tiled_shape(seed)[0] == 256
+            else:
+                g, why = _fused_growth(m, seed, module=kind == "module")
+                old = seeded.fused_shape(seed, fused.MODULE_SALT if kind == "module" else 0)[1:] == (1, 32)
+            kept += [seed] if why is None else []
+            drawn += [seed] if old else []
+    finally:
+        m.close()
+    assert set(kept) <= set(drawn) and len(kept) <= 4, (kept, drawn)

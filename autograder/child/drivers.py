@@ -322,9 +322,10 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
     return {"out": out.detach().numpy(), "calls": spy.calls}
 
 
-def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, watched=True, phase="both", pkg):
-    """One causal call at length T (B = H = 1), after 1 to 3 ordinary ones of 8 to 64 tokens (seeded.ordinary_sizes),
-    in a fresh child that ends after it: the student's fused_attention, or, for the baseline,
+def fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *, seed=0, watched=True, phase="both", pkg):
+    """One causal call at length T, q, k, v [B, H, T, d_head] (the shape drawn from the grade's seed:
+    seeded.fused_shape), after 1 to 3 ordinary ones of 8 to 64 tokens of the same B, H and d_head
+    (seeded.ordinary_sizes), in a fresh child that ends after it: the student's fused_attention, or, for the baseline,
     F.scaled_dot_product_attention itself, on seeded.attention_inputs. phase="prepare" imports the submission's
     module and makes the ordinary calls only; phase="call" then makes the measured one, which the parent brackets
     (sandbox/per_call.py: what that call alone adds to the child's peak, whatever the import or the ordinary calls
@@ -333,40 +334,44 @@ def fused_memory_run(T, d_head=32, baseline=False, *, seed=0, watched=True, phas
     sending it back costs is on both sides), its shape and the SDPA calls seen (which only name the mistake: the
     peaks, measured outside at three lengths, decide: stages/growth.py)."""
     fa = _sdpa_causal if baseline else _mod(pkg, "fused").fused_attention
+    lead = (batch, n_heads)
     if phase != "call":
         with torch.no_grad():  # ordinary calls first: the measured one is never the process's first
             for n in seeded.ordinary_sizes(8, 64, seed):
-                fa(*(torch.from_numpy(a).view(1, 1, n, d_head) for a in seeded.attention_inputs(n, d_head, seed)),
-                   causal=True)
+                fa(*(torch.from_numpy(a) for a in seeded.attention_inputs(n, d_head, seed, lead=lead)), causal=True)
         if phase == "prepare":
             return None
-    q, k, v = (torch.from_numpy(a).view(1, 1, T, d_head) for a in seeded.attention_inputs(T, d_head, seed))
+    q, k, v = (torch.from_numpy(a) for a in seeded.attention_inputs(T, d_head, seed, lead=lead))  # [B, H, T, D]
     spy = _SdpaSpy() if watched else contextlib.nullcontext(None)  # watched=False: the same call, no probe (tests)
     with spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
     shape = list(out.shape) if hasattr(out, "shape") else None
-    return {"calls": spy.calls if watched else [], "shape": shape, "out": out if shape == [1, 1, T, d_head] else None}
+    return {"calls": spy.calls if watched else [], "shape": shape,
+            "out": out if shape == [batch, n_heads, T, d_head] else None}
 
 
 _BUILT: dict = {}  # module_fused_memory_run's module, built by its "prepare" call for its measured one (one child)
 
 
-def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, phase="both", pkg):
-    """One causal forward of CausalSelfAttention(d_model, 1, fused=True) at length T (B = 1), after 1 to 3 ordinary
-    ones of 8 to 64 tokens, in a fresh child that ends after it; for the baseline, the same projections around
-    F.scaled_dot_product_attention itself, none of the submission. The phases are fused_memory_run's: "prepare"
-    builds the module (whatever buffers it keeps are not the call's) and makes the ordinary calls. Returns the
-    output (checked by the parent at rows it picks afterwards; the baseline returns its own too), its shape and the
-    SDPA calls seen (which only name the mistake: the peaks, measured outside at three lengths, decide)."""
-    x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, d_model, seed))
+def module_fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *, seed=0, phase="both", pkg):
+    """One causal forward of CausalSelfAttention(H * d_head, H, fused=True) on x [B, T, H * d_head] (the shape drawn
+    from the grade's seed: seeded.fused_shape), after 1 to 3 ordinary ones of 8 to 64 tokens, in a fresh child that
+    ends after it; for the baseline, the same projections around F.scaled_dot_product_attention itself, none of the
+    submission. The phases are fused_memory_run's: "prepare" builds the module (whatever buffers it keeps are not the
+    call's) and makes the ordinary calls. Returns the output (checked by the parent at rows it picks afterwards; the
+    baseline returns its own too), its shape and the SDPA calls seen (which only name the mistake: the peaks,
+    measured outside at three lengths, decide)."""
+    C = n_heads * d_head
+    x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, C, seed, batch))
 
-    def forward(x):  # [1, T, C] -> [1, T, C]
-        q, k, v = (t.unsqueeze(1) for t in F.linear(x, qkv_w).split(d_model, dim=-1))  # [1, 1, T, C]
-        return F.linear(_sdpa_causal(q, k, v).squeeze(1), out_w)  # [1, T, C]
+    def forward(x):  # [B, T, C] -> [B, T, C]
+        B, n = x.shape[0], x.shape[1]
+        q, k, v = (t.view(B, n, n_heads, d_head).transpose(1, 2) for t in F.linear(x, qkv_w).split(C, dim=-1))
+        return F.linear(_sdpa_causal(q, k, v).transpose(1, 2).reshape(B, n, C), out_w)  # [B, T, C]
 
     if phase != "call" or "module" not in _BUILT:
         with torch.no_grad():
-            m = _BUILT["module"] = forward if baseline else _build(pkg, d_model, 1, True, qkv_w, out_w)
+            m = _BUILT["module"] = forward if baseline else _build(pkg, C, n_heads, True, qkv_w, out_w)
             for n in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
                 m(x[:, :n])
         if phase == "prepare":
@@ -375,7 +380,7 @@ def module_fused_memory_run(T, d_model=32, baseline=False, *, seed=0, phase="bot
     with _SdpaSpy() as spy, torch.no_grad():
         out = m(x)
     shape = list(out.shape) if hasattr(out, "shape") else None
-    return {"calls": spy.calls, "shape": shape, "out": out if shape == [1, T, d_model] else None}
+    return {"calls": spy.calls, "shape": shape, "out": out if shape == [batch, T, C] else None}
 
 
 def _sdpa_causal(q, k, v, causal=True):

@@ -14,9 +14,9 @@ from .heads import module_weights
 ASK = 'What does the fused call receive, and what does it build itself?'
 LOW, HIGH = seeded.FUSED_RANGE
 MODULE_SALT = 1  # the module's lengths are drawn apart from the function's
-MEMORY_D = 32  # d_head (d_model for the module) of the memory rule's causal calls (B = H = 1), at three lengths T
-# drawn from the grade's seed over seeded.FUSED_RANGE (seeded.growth_sizes); 32 makes a call's own tensors (4 T d
-# float32) large enough beside the noise of a peak (0.1 to 0.3 MiB) that a linear call's growth reads near 2x
+# The memory rule's causal calls are [B, H, T, d_head] (the module's: x [B, T, H * d_head] through H heads), the shape
+# drawn from the grade's seed (seeded.fused_shape over seeded.FUSED_HEADS and FUSED_D, the module's with MODULE_SALT),
+# at three lengths T drawn from it over seeded.FUSED_RANGE (seeded.growth_sizes)
 STAGE = Stage(
     name="fused", number=8, points=14, files=("fused.py", "module.py"), calls=("heads", "kv_cache"),
     reread='B "Code that matches the hand numbers"',
@@ -174,12 +174,13 @@ def reference(api, ctx):
         _check_fused(r, ctx.ref.fused_attention(q, k, v, causal), f"fused_attention(causal={causal})", (q, k, v),
                      causal, shape_str(q))
     T = seeded.checked_size(LOW, 2 * LOW, ctx.seed)  # a length of the memory rule's range (its cheaper half), checked
-    q, k, v = _qkv(rng, 1, 1, T, T, 8)
+    B, H, D = seeded.fused_shape(ctx.seed)  # at the memory rule's shape: no shape is one that only a measurement uses
+    q, k, v = _qkv(rng, B, H, T, T, D)
     rows = sampled_rows(T)
     got = np.asarray(api.fused_probe(q, k, v, True)["out"])
     if got.shape != q.shape:
         raise Fail(f"fused_attention of q, k, v {shape_str(q)} returned shape {list(got.shape)}; expected {list(q.shape)}")
-    check_close(got[0, 0, rows], causal_rows(q[0, 0], k[0, 0], v[0, 0], rows),
+    check_close(got[:, :, rows], _causal_rows(q, k, v, rows),
                 f"fused_attention causal at T={T}, at rows picked after the call", inputs=shape_str(q))
 
 
@@ -236,22 +237,25 @@ def module_fused_path(api, ctx):
     r = api.module_fused_probe(x, qkv_w, out_w, 2)
     check_close(r["out"], ctx.ref.module_forward(x, qkv_w, out_w, 2), "CausalSelfAttention(fused=True) forward",
                 inputs=shape_str(x))
-    C = MEMORY_D
+    shape = B, H, D = seeded.fused_shape(ctx.seed, MODULE_SALT)
+    C = H * D
     sizes = seeded.growth_sizes(*seeded.FUSED_RANGE, ctx.seed, MODULE_SALT)
-    runs = growth.measure(api, "module_fused_memory_run", sizes, (C,), ctx.seed)
+    runs = growth.measure(api, "module_fused_memory_run", sizes, shape, ctx.seed)
     for (big, _, _), T in zip(runs, sizes):
-        if big["shape"] != [1, T, C]:
-            raise Fail(f"CausalSelfAttention({C}, 1, fused=True) on x [1, {T}, {C}] returned shape {big['shape']}; "
-                       f"expected [1, {T}, {C}]")
-        x, qkv_w, out_w = seeded.module_inputs(T, C, ctx.seed)
-        q, k, v = np.split(x[0].astype(np.float64) @ qkv_w.T.astype(np.float64), 3, axis=-1)  # each [T, C]
+        if big["shape"] != [B, T, C]:
+            raise Fail(f"CausalSelfAttention({C}, {H}, fused=True) on x [{B}, {T}, {C}] returned shape "
+                       f"{big['shape']}; expected [{B}, {T}, {C}]")
+        x, qkv_w, out_w = seeded.module_inputs(T, C, ctx.seed, B)
+        q, k, v = (t.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # each [B, H, T, D]
+                   for t in np.split(x.astype(np.float64) @ qkv_w.T.astype(np.float64), 3, axis=-1))
         rows = sampled_rows(T)
-        check_close(np.asarray(big["out"])[0, rows], causal_rows(q, k, v, rows) @ out_w.T.astype(np.float64),
-                    f"CausalSelfAttention({C}, 1, fused=True) on {T} tokens (a memory check's call), at rows picked "
-                    "after the call", inputs=f"x [1, {T}, {C}]")
-    g, why = growth.judge(api, "module_fused_memory_run", sizes, (C,), ctx.seed, runs, _own_bytes)
+        y = _causal_rows(q, k, v, rows).transpose(0, 2, 1, 3).reshape(B, len(rows), C)  # [B, rows, C]
+        check_close(np.asarray(big["out"])[:, rows], y @ out_w.T.astype(np.float64),
+                    f"CausalSelfAttention({C}, {H}, fused=True) on {T} tokens (a memory check's call), at rows picked "
+                    "after the call", inputs=f"x [{B}, {T}, {C}]")
+    g, why = growth.judge(api, "module_fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape))
     if why:
-        raise diagnosed(_memory_mistake(runs, module=True), f"CausalSelfAttention({C}, 1, fused=True): {why}. With "
+        raise diagnosed(_memory_mistake(runs, module=True), f"CausalSelfAttention({C}, {H}, fused=True): {why}. With "
                         "fused=True the attention goes through fused_attention, which keeps no T x T matrix")
 
 
@@ -281,28 +285,31 @@ def module_fused_with_cache(api, ctx):
 
 @STAGE.check(points=4.5, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
               rule=f"One causal call's memory must grow with T * d, not T * T. It is measured at three lengths T "
-                   f"from {seeded.FUSED_RANGE[0]:,} to {seeded.FUSED_RANGE[1]:,}, drawn from the grade's seed (the "
-                   f"shortest below {seeded.FUSED_RANGE[0] * 17 // 16:,}, the longest from "
-                   f"{seeded.FUSED_RANGE[1] * 3 // 4:,}), counting every page the call touches (memory held before "
+                   f"from {seeded.FUSED_RANGE[0]:,} to {seeded.FUSED_RANGE[1]:,} (the shortest below "
+                   f"{seeded.FUSED_RANGE[0] * 17 // 16:,}, the longest from {seeded.FUSED_RANGE[1] * 3 // 4:,}), "
+                   f"batch B and heads H one of {', '.join(f'{b} x {h}' for b, h in seeded.FUSED_HEADS)}, and "
+                   f"d_head one of {', '.join(map(str, seeded.FUSED_D))} (all drawn from the grade's seed; the "
+                   "module's forward too, at its own draw), counting every page the call touches (memory held before "
                    "it too, such as a buffer filled at import): it must grow about 2x per doubling of T (a T x T "
                    f"matrix makes 4x), at most {growth.MAX_GROWTH}x, and never fall as T grows.")
 def no_quadratic_memory(api, ctx):
     """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
     from the grade's seed"""
-    D = MEMORY_D
+    shape = B, H, D = seeded.fused_shape(ctx.seed)
     # each length's call run alone in a fresh child, beside a child that made the same call with
     # F.scaled_dot_product_attention itself: the peaks the kernel counted, read by the grader (stages/growth.py)
     sizes = seeded.growth_sizes(*seeded.FUSED_RANGE, ctx.seed)
-    runs = growth.measure(api, "fused_memory_run", sizes, (D,), ctx.seed)
+    runs = growth.measure(api, "fused_memory_run", sizes, shape, ctx.seed)
     for (r, _, _), T in zip(runs, sizes):
-        if r["shape"] != [1, 1, T, D]:
-            raise Fail(f"fused_attention of q, k, v [1, 1, {T}, {D}] returned shape {r['shape']}; expected "
-                       f"[1, 1, {T}, {D}]")
+        if r["shape"] != [B, H, T, D]:
+            raise Fail(f"fused_attention of q, k, v [{B}, {H}, {T}, {D}] returned shape {r['shape']}; expected "
+                       f"[{B}, {H}, {T}, {D}]")
         rows = sampled_rows(T)  # the memory is a pass only for a call that is right: at rows the child could not know
-        check_close(np.asarray(r["out"])[0, 0, rows], causal_rows(*seeded.attention_inputs(T, D, ctx.seed), rows),
+        check_close(np.asarray(r["out"])[:, :, rows],
+                    _causal_rows(*seeded.attention_inputs(T, D, ctx.seed, lead=(B, H)), rows),
                     f"fused_attention causal at T={T} (a memory check's call), at rows picked after the call",
-                    inputs=f"q, k, v [1, 1, {T}, {D}]")
-    g, why = growth.judge(api, "fused_memory_run", sizes, (D,), ctx.seed, runs, _own_bytes)
+                    inputs=f"q, k, v [{B}, {H}, {T}, {D}]")
+    g, why = growth.judge(api, "fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape))
     if g is None:
         return "memory of a causal call: not measured (this system does not report a process's peak)"
     if why:
@@ -310,9 +317,17 @@ def no_quadratic_memory(api, ctx):
     return f"cost of one causal call: {growth.describe(g)}; a T x T matrix would make it about 4x per doubling"
 
 
-def _own_bytes(T: int) -> int:
-    """The memory of a measured call's own tensors at length T: q, k, v and the output, float32 [T, MEMORY_D]."""
-    return 4 * T * MEMORY_D * 4
+def _own_bytes(shape: tuple):
+    """The memory of a measured call's own tensors at length T, for its drawn shape (B, H, d_head): q, k, v and the
+    output, float32 [B, H, T, d_head] (the module's x, q, k, v, output [B, T, H * d_head] alike), as a function of T."""
+    B, H, D = shape
+    return lambda T: 4 * B * H * T * D * 4
+
+
+def _causal_rows(q, k, v, rows: list[int]) -> np.ndarray:
+    """causal_rows for each (batch, head) of q, k, v [B, H, T, d]: [B, H, len(rows), d_v], float64."""
+    return np.stack([np.stack([causal_rows(qh, kh, vh, rows) for qh, kh, vh in zip(*heads)])
+                     for heads in zip(q, k, v)])
 
 
 def _memory_mistake(runs: list, module: bool = False) -> str | None:
@@ -339,9 +354,10 @@ def keeps_the_defaults(api, ctx):
 
 def _start(api, seed: int) -> None:
     """The memory rules' children, started with the stage, beside its other checks (common.start_measurements)."""
-    growth.start(api, "fused_memory_run", seeded.growth_sizes(*seeded.FUSED_RANGE, seed), (MEMORY_D,), seed)
+    growth.start(api, "fused_memory_run", seeded.growth_sizes(*seeded.FUSED_RANGE, seed), seeded.fused_shape(seed),
+                 seed)
     growth.start(api, "module_fused_memory_run", seeded.growth_sizes(*seeded.FUSED_RANGE, seed, MODULE_SALT),
-                 (MEMORY_D,), seed)
+                 seeded.fused_shape(seed, MODULE_SALT), seed)
 
 
 common.AHEAD[STAGE.name] = _start

@@ -26,7 +26,8 @@ from .heads import module_weights
 
 # rung 1 of the hint ladder of each mistake below
 ASK = 'After one call of forward with the cache, how many positions does it hold, and which?'
-DECODE_SIZES = (4, 16, 16, 8)  # batch, heads, d_head, steps of the measured decode (its cache lengths: seeded)
+DECODE_STEPS = 8  # counted one-token steps of the measured decode at each cache length; its batch, heads and d_head
+# (seeded.decode_shape) and its cache lengths (seeded.growth_sizes over seeded.DECODE_RANGE) are drawn from the seed
 GROWTH_FAILS = 2 ** 1.5  # a cost that grows this much or more each time the cache doubles is nearer 4x than 2x
 CPU_FLOOR_S = 0.02  # added to each length's CPU time over the grader's before the growth is fitted: a few
 # milliseconds either way (a busy machine's jitter) are no growth
@@ -232,12 +233,12 @@ def decode_float64(api, ctx):
 
 
 
-def decode_step_expected(qkv_w, out_w, prefix, new) -> np.ndarray:
+def decode_step_expected(qkv_w, out_w, prefix, new, H: int) -> np.ndarray:
     """What the decode steps must return once the keys and values of the prefix [B, L, C] are in the cache: for
     each new token [B, S, C], its query against the keys and values of the prefix and of the new tokens up to
-    itself, one row of scores per head, then the output projection. [B, S, C]"""
+    itself, one row of scores per head (H of them), then the output projection. [B, S, C]"""
     B, L, C = prefix.shape
-    S, H = new.shape[1], DECODE_SIZES[1]
+    S = new.shape[1]
     D = C // H
     heads = lambda t: t.reshape(B, -1, H, D).transpose(0, 2, 1, 3)  # noqa: E731 - [B, T, C] -> [B, H, T, D]
     q = heads(new @ qkv_w[:C].T)  # [B, H, S, D]: the new tokens' queries only
@@ -251,11 +252,13 @@ def decode_step_expected(qkv_w, out_w, prefix, new) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """One grade's measured decode: the three cache lengths (seeded.growth_sizes over DECODE_RANGE, visited shortest
-    first: memory a longer cache's steps freed and the allocator kept would hide a shorter one's), and each length's
-    new tokens [B, S, C], drawn here from the system's randomness (a child cannot know them before its steps)."""
+    """One grade's measured decode: its (B, H, d_head) (seeded.decode_shape), the three cache lengths
+    (seeded.growth_sizes over DECODE_RANGE, visited shortest first: memory a longer cache's steps freed and the
+    allocator kept would hide a shorter one's), and each length's new tokens [B, S, C], drawn here from the system's
+    randomness (a child cannot know them before its steps)."""
 
     seed: int
+    shape: tuple[int, int, int]  # (B, H, d_head)
     lengths: tuple[int, int, int]
     tokens: tuple
     warm: tuple[int, int, int] = (0, 0, 0)  # one-token steps between each prefill and its counted steps
@@ -266,7 +269,8 @@ class DecodePlan:
         first call is that prefill, its second the first measured step; the other two lengths' counted steps come
         after 1 to 64 one-token steps (seeded.warm_steps), so a path picked by how many calls or steps came before
         is measured on both sides of its switch."""
-        B, H, D, S = DECODE_SIZES
+        B, H, D = self.shape
+        S = DECODE_STEPS
         plan = [("decode_cost_start", (B, H, D, baseline), {"seed": self.seed}, False)]
         for i in range(len(self.lengths)):
             plan += [("decode_cost_fill", (self.lengths[i], S, i == 0, self.warm[i]), {"seed": self.seed}, False),
@@ -287,10 +291,11 @@ def decode_plan(api, seed: int) -> DecodePlan:
     """This grade's DecodePlan for `seed` (the same for the runs started ahead and the check that takes them)."""
     plans = _PLANS.setdefault(api.worker, {})
     if seed not in plans:
-        B, H, D, S = DECODE_SIZES
+        B, H, D = shape = seeded.decode_shape(seed)
         source = np.random.default_rng(secrets.randbits(64))
-        plans[seed] = DecodePlan(seed, seeded.growth_sizes(*seeded.DECODE_RANGE, seed),
-                                 tuple(source.standard_normal((B, S, H * D), dtype=np.float32) for _ in range(3)),
+        plans[seed] = DecodePlan(seed, shape, seeded.growth_sizes(*seeded.DECODE_RANGE, seed),
+                                 tuple(source.standard_normal((B, DECODE_STEPS, H * D), dtype=np.float32)
+                                       for _ in range(3)),
                                  seeded.warm_steps(seed))
     return plans[seed]
 
@@ -321,7 +326,8 @@ class DecodeRun:
 def measure_decode(api, ctx, plan: DecodePlan, key: str, stop: bool = True) -> DecodeRun:
     """Run both children, check every measured length's outputs and cache length, return the costs. With `stop`,
     the student's side ends after a length whose steps were far too slow (DecodePlan.enough)."""
-    B, H, D, S = DECODE_SIZES
+    B, H, D = plan.shape
+    S = DECODE_STEPS
     (res, s_peak, s_cpu), (base, b_peak, b_cpu) = counted_beside_baseline(api, key, plan.calls(False), plan.calls(True),
                                                                           plan.enough if stop else None)
     qkv_w, out_w = (w.astype(np.float64) for w in seeded.decode_weights(H, D, plan.seed))
@@ -336,7 +342,7 @@ def measure_decode(api, ctx, plan: DecodePlan, key: str, stop: bool = True) -> D
             raise Fail(f"after a forward of {L} tokens through a KVCache of max_len {L + S}, and {S} decode steps, its "
                        f"length is {r['length']}; expected {L + S}")
         prefix = seeded.decode_prefix(B, H, D, L, plan.seed).astype(np.float64)
-        check_close(np.asarray(r["out"]), decode_step_expected(qkv_w, out_w, prefix, plan.tokens[i].astype(np.float64)),
+        check_close(np.asarray(r["out"]), decode_step_expected(qkv_w, out_w, prefix, plan.tokens[i].astype(np.float64), H),
                     f"{S} decode steps (x [{B}, 1, {H * D}] each) after a forward of a random prefix of {L} tokens "
                     "with the cache", inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
         # memory: the larger of the peak's rise and the pages the steps touched (per_call.Cost.memory_bytes), so a
@@ -356,10 +362,11 @@ def least(a: DecodeRun, b: DecodeRun) -> DecodeRun:
                      whole)
 
 
-def pair_bytes(L: int) -> int:
-    """float32 scores of every (query, key) pair of a cache of L positions, [B, H, L, L]."""
-    B, H, _, S = DECODE_SIZES
-    return B * H * (L + S) ** 2 * 4
+def pair_bytes(L: int, shape: tuple) -> int:
+    """float32 scores of every (query, key) pair of a cache of L positions (and the steps'), [B, H, L, L], for the
+    measured decode's shape (B, H, d_head)."""
+    B, H, _ = shape
+    return B * H * (L + DECODE_STEPS) ** 2 * 4
 
 
 def per_doubling(lengths, extra, floor: float) -> float:
@@ -404,10 +411,10 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB" if n < 10 * 2**20 else f"{n / 2**20:.0f} MiB"
 
 
-def judge_memory(lengths, run: DecodeRun) -> Verdict:
+def judge_memory(lengths, run: DecodeRun, shape: tuple) -> Verdict:
     """The steps' added memory over the grader's at each length (per_call.Cost.memory_bytes: the peak's rise or the
     pages touched): failing when at any length it reaches half that length's pair scores (one [B, H, L, L] float32
-    tensor; a step quadratic at some lengths only fails there), or when it
+    tensor at the drawn shape (B, H, d_head); a step quadratic at some lengths only fails there), or when it
     grows nearer 4x than 2x a doubling (fitted over the lengths, with a quarter of the shortest cache's pair
     scores added to each so that a few pages either way are no growth) to a quarter of the longest's. Without
     per-call counts (macOS) memory is not judged: the whole child's peak holds what the module took when built."""
@@ -418,21 +425,21 @@ def judge_memory(lengths, run: DecodeRun) -> Verdict:
         return Verdict(False, f"memory not judged: this system cannot count one call alone{shown}")
     lengths = list(lengths)
     growth, said = grew("the memory your decode steps added over the grader's own (linear) steps", lengths, extra,
-                        pair_bytes(min(lengths)) / 4, mib)
+                        pair_bytes(min(lengths), shape) / 4, mib)
     said += ": about 1x is nothing beyond linear, 2x a copy of the cache per step, 4x the scores of every pair"
     # half the pair scores: a quadratic step makes at least all of them (and its softmax as many again), correct
     # steps add 0.0 to 1.0 MiB over the grader's (pages touched counted on both sides), and half of the shortest
-    # cache's is 2.4 MiB
-    gated = [(L, e) for L, e in sorted(zip(lengths, extra)) if e is not None and e >= pair_bytes(L) / 2]
+    # cache's is 1.8 MiB at B * H = 48, 2.4 MiB at 64 (seeded.DECODE_HEADS)
+    gated = [(L, e) for L, e in sorted(zip(lengths, extra)) if e is not None and e >= pair_bytes(L, shape) / 2]
     if gated:
         L, e = gated[0]
-        row = pair_bytes(L) / (L + DECODE_SIZES[3])  # a new token's row of the pair scores
+        row = pair_bytes(L, shape) / (L + DECODE_STEPS)  # a new token's row of the pair scores
         return Verdict(True, f"{said}. At {L} cached positions they added {mib(e)}, while the scores of every pair "
-                             f"are {mib(pair_bytes(L))} and a new token's row of them {row / 2**10:.0f} KiB")
+                             f"are {mib(pair_bytes(L, shape))} and a new token's row of them {row / 2**10:.0f} KiB")
     longest = max(lengths)
     top = extra[lengths.index(longest)]
-    return Verdict(growth is not None and top is not None and growth >= GROWTH_FAILS and top >= pair_bytes(longest) / 4,
-                   said)
+    return Verdict(growth is not None and top is not None and growth >= GROWTH_FAILS
+                   and top >= pair_bytes(longest, shape) / 4, said)
 
 
 def judge_cpu(lengths, run: DecodeRun) -> Verdict:
@@ -458,34 +465,38 @@ def judge_cpu(lengths, run: DecodeRun) -> Verdict:
     return Verdict(growth is not None and growth >= GROWTH_FAILS, said)
 
 
-def judged(lengths, run: DecodeRun) -> tuple[Verdict, Verdict]:
-    return judge_memory(lengths, run), judge_cpu(lengths, run)
+def judged(plan: DecodePlan, run: DecodeRun) -> tuple[Verdict, Verdict]:
+    return judge_memory(plan.lengths, run, plan.shape), judge_cpu(plan.lengths, run)
 
 
 @STAGE.check(points=3, kind="property", visibility="public", cite="Article B, 'What it costs as the sequence grows'",
               rule="Decode steps cost work that grows linearly with the cache: measured at three cache lengths "
-                   "from 128 to 768 positions (drawn from the grade's seed), each filled by forwards of up to 64 "
-                   "tokens then 0 to 64 one-token steps, the memory and CPU time 8 more one-token steps add over the "
-                   "grader's own may grow about 2x when the cache doubles, not 4x.")
+                   f"from {seeded.DECODE_RANGE[0]} to {seeded.DECODE_RANGE[1]} positions, batch B and heads H one of "
+                   f"{', '.join(f'{b} x {h}' for b, h in seeded.DECODE_HEADS)}, and d_head one of "
+                   f"{', '.join(map(str, seeded.DECODE_D))} (all drawn from the grade's seed), each filled by "
+                   "forwards of up to 64 tokens then 0 to 64 one-token steps, the memory and CPU time 8 more "
+                   "one-token steps add over the grader's own may grow about 2x when the cache doubles, not 4x.")
 def decode_step_cost_linear(api, ctx):
-    """8 decode steps at three cache lengths between 128 and 768 positions: what they add to the peak memory and
-    CPU time of their process (the module and the cache made before them are not theirs), over the grader's own
-    steps, grows linearly with the length (read by the grader from outside the child)"""
-    S = DECODE_SIZES[3]
+    """8 decode steps at three cache lengths between 128 and 768 positions, at a batch, heads and d_head drawn from
+    the grade's seed: what they add to the peak memory and CPU time of their process (the module and the cache made
+    before them are not theirs), over the grader's own steps, grows linearly with the length (read by the grader
+    from outside the child)"""
+    S = DECODE_STEPS
     plan = decode_plan(api, ctx.seed)
     run = measure_decode(api, ctx, plan, f"decode:{ctx.seed}")
-    memory, cpu = judged(plan.lengths, run)
+    memory, cpu = judged(plan, run)
     if None in run.cpu and not (memory.quadratic or cpu.quadratic):  # stopped early, yet over the grader's own
         # it was not far enough to fail (the grader's steps were slow too): every length is measured after all
         run = measure_decode(api, ctx, plan, f"decode-all:{ctx.seed}", stop=False)
-        memory, cpu = judged(plan.lengths, run)
+        memory, cpu = judged(plan, run)
     if memory.quadratic or cpu.quadratic:  # measured once more before it costs points: each side's least counts
         run = least(run, measure_decode(api, ctx, plan, f"decode-again:{ctx.seed}"))
-        memory, cpu = judged(plan.lengths, run)
+        memory, cpu = judged(plan, run)
     if memory.quadratic or cpu.quadratic:
         said = [v.said for v in (cpu, memory) if v.quadratic]
+        B, H, D = plan.shape
         raise diagnosed("cache-quadratic-step", f"{S} decode steps at each of {', '.join(map(str, sorted(plan.lengths)))} "
-                        f"cached positions (B={DECODE_SIZES[0]}, H={DECODE_SIZES[1]}): {'; '.join(said)}. A step "
+                        f"cached positions (B={B}, H={H}, d_head={D}): {'; '.join(said)}. A step "
                         f"redoes work for every cached position pair: compute only the new rows of scores")
     return f"cost of {S} decode steps: {memory.said}; {cpu.said}"
 

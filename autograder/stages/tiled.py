@@ -19,9 +19,10 @@ from .common import (
     unraised,
 )
 
-MEMORY_D = 16  # d of the memory rule's causal calls, float64, at three lengths n drawn from the grade's seed over
-# seeded.TILED_RANGE (seeded.growth_sizes)
-MEMORY_BLOCK = 256  # 136 block pairs of a causal loop at n = 4096 (blocks of 64: 2,080); a block of scores is 0.5 MiB
+# The memory rule's causal calls: q, k, v [n, d] float64 at three lengths n drawn from the grade's seed over
+# seeded.TILED_RANGE (seeded.growth_sizes), their block (block_q = block_k) and d drawn from it too (seeded.tiled_shape
+# over seeded.TILED_BLOCKS, 64 to 320: 2,080 to 91 block pairs of a causal loop at n = 4096, a block of scores 32 KiB
+# to 0.8 MiB; and seeded.TILED_D, 8 to 16)
 LOW, HIGH = seeded.TILED_RANGE
 STAGE = Stage(
     name="tiled", number=9, points=10, files=("tiled.py",), calls=(),
@@ -81,13 +82,14 @@ def tiled_reference_blocks(api, ctx):
     cases = [(10, 10, 3, 4, True), (7, 12, 4, 5, True), (9, 9, 64, 64, False), (1, 9, 2, 2, True),
              (13, 20, 5, 7, False), (16, 16, 1, 1, True), (20, 20, 8, 3, True), (5, 9, 4, 4, False)]
     n = seeded.checked_size(LOW, 2 * LOW, ctx.seed)  # a length of the memory rule's range (its cheaper half), checked
-    q, k, v = randn(rng, n, 4), randn(rng, n, 4), randn(rng, n, 3)
+    block, d = seeded.tiled_shape(ctx.seed)  # and its block and d: none is one that only a measurement uses
+    q, k, v = randn(rng, n, d), randn(rng, n, d), randn(rng, n, 3)
     rows = sampled_rows(n)
-    got = np.asarray(api.tiled_attention(q, k, v, True, MEMORY_BLOCK, MEMORY_BLOCK), dtype=float)
+    got = np.asarray(api.tiled_attention(q, k, v, True, block, block), dtype=float)
     if got.shape != (n, 3):
-        raise Fail(f"tiled_attention of q, k [{n}, 4], v [{n}, 3] returned shape {list(got.shape)}; expected [{n}, 3]")
-    check_close(got[rows], causal_rows(q, k, v, rows), f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK}, "
-                "at rows picked after the call", inputs=f"q, k [{n}, 4]")
+        raise Fail(f"tiled_attention of q, k [{n}, {d}], v [{n}, 3] returned shape {list(got.shape)}; expected [{n}, 3]")
+    check_close(got[rows], causal_rows(q, k, v, rows), f"tiled_attention causal at n={n}, blocks of {block}, "
+                "at rows picked after the call", inputs=f"q, k [{n}, {d}]")
     for n_q, n_k, bq, bk, causal in cases:
         q, k, v = randn(rng, n_q, 4), randn(rng, n_k, 4), randn(rng, n_k, 3)
         check_close(api.tiled_attention(q, k, v, causal, bq, bk), ctx.ref.tiled_attention(q, k, v, causal),
@@ -111,8 +113,10 @@ def tiled_large_scores(api, ctx):
               rule=f"Extra memory grows with the block sizes and n * d, not n_q * n_k: hold one block_q x block_k "
                    "tile of scores at a time (a block_q x n_k strip per query block is not a tile). It is measured at "
                    f"three lengths n from {LOW:,} to {HIGH:,}, drawn from the grade's seed (the shortest below "
-                   f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, blocks of {MEMORY_BLOCK}, "
-                   "counting every page the call touches (memory held before it too): it may grow at most "
+                   f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, block_q = block_k one of "
+                   f"{', '.join(map(str, seeded.TILED_BLOCKS))} and d one of {', '.join(map(str, seeded.TILED_D))} "
+                   "(drawn from the grade's seed too), counting every page the call touches (memory held before "
+                   "it too): it may grow at most "
                    f"{growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never fall as n grows.")
 def tiled_memory_linear(api, ctx):
     """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
@@ -120,23 +124,28 @@ def tiled_memory_linear(api, ctx):
     # each length's call run alone in a fresh child, beside a child that built the same inputs without calling:
     # the peaks the kernel counted, read by the grader (stages/growth.py)
     sizes = seeded.growth_sizes(LOW, HIGH, ctx.seed)
-    runs = growth.measure(api, "tiled_memory_run", sizes, (MEMORY_D, MEMORY_BLOCK), ctx.seed)
+    block, d = seeded.tiled_shape(ctx.seed)
+    runs = growth.measure(api, "tiled_memory_run", sizes, (d, block), ctx.seed)
     for (r, _, _), n in zip(runs, sizes):
-        if list(r["shape"]) != [n, MEMORY_D]:
-            raise Fail(f"tiled_attention of q, k, v [{n}, {MEMORY_D}] returned shape {r['shape']}; expected "
-                       f"[{n}, {MEMORY_D}]")
+        if list(r["shape"]) != [n, d]:
+            raise Fail(f"tiled_attention of q, k, v [{n}, {d}] returned shape {r['shape']}; expected [{n}, {d}]")
         rows = sampled_rows(n)  # the memory is a pass only for a call that is right: at rows the child could not know
         check_close(np.asarray(r["out"])[rows],
-                    causal_rows(*seeded.attention_inputs(n, MEMORY_D, ctx.seed, np.float64), rows),
-                    f"tiled_attention causal at n={n}, blocks of {MEMORY_BLOCK} (a memory check's call), at rows "
-                    "picked after the call", inputs=f"q, k, v [{n}, {MEMORY_D}]")
-    g, why = growth.judge(api, "tiled_memory_run", sizes, (MEMORY_D, MEMORY_BLOCK), ctx.seed, runs,
-                          lambda n: 4 * n * MEMORY_D * 8, "n")
+                    causal_rows(*seeded.attention_inputs(n, d, ctx.seed, np.float64), rows),
+                    f"tiled_attention causal at n={n}, blocks of {block} (a memory check's call), at rows "
+                    "picked after the call", inputs=f"q, k, v [{n}, {d}]")
+    g, why = growth.judge(api, "tiled_memory_run", sizes, (d, block), ctx.seed, runs, own_bytes(d), "n")
     if g is None:
         return "memory of a causal call: not measured (this system does not report a process's peak)"
     if why:
         raise Fail(f"{why}. Keep only a block of scores at a time")
     return f"memory of one causal call: {growth.describe(g, 'n')}; the n x n scores would make it about 4x per doubling"
+
+
+def own_bytes(d: int):
+    """The memory of a measured call's own tensors at length n, for its drawn d: q, k, v and the output, float64
+    [n, d], as a function of n."""
+    return lambda n: 4 * n * d * 8
 
 
 def rows_kept_clean(n_q: int, n_k: int, block_q: int, block_k: int, j0: int) -> int:
@@ -238,7 +247,7 @@ def keeps_the_defaults(api, ctx):
 
 def _start(api, seed: int) -> None:
     """The memory rule's children, started with the stage, beside its other checks (common.start_measurements)."""
-    growth.start(api, "tiled_memory_run", seeded.growth_sizes(LOW, HIGH, seed), (MEMORY_D, MEMORY_BLOCK), seed)
+    growth.start(api, "tiled_memory_run", seeded.growth_sizes(LOW, HIGH, seed), seeded.tiled_shape(seed)[::-1], seed)
 
 
 common.AHEAD[STAGE.name] = _start
