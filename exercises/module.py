@@ -42,8 +42,10 @@ class CausalSelfAttention(nn.Module):
         and heads H one of 4 x 16, 8 x 8, 2 x 32, 16 x 4, 3 x 16, 6 x 8, 4 x 12, 2 x 24, 12 x 4, and
         d_head one of 8, 10, 12, 14, 16 (all drawn from the grade's seed), each filled by forwards of
         up to 64 tokens then 0 to 64 one-token steps, the memory and CPU time 8 more one-token steps
-        add over the grader's own may grow about 2x when the cache doubles, not 4x. Their outputs are
-        checked too, and the decode checks use caches of the same lengths.
+        add over the grader's own may grow about 2x when the cache doubles, not 4x. At any one length
+        they may add at most half the scores of every pair of positions ([B, H, L, L] float32) and 0.3 s
+        of CPU time over the grader's. Their outputs are checked too, and the decode checks use caches
+        of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:
