@@ -74,6 +74,7 @@ def test_a_step_gated_on_the_call_count_loses(tmp_path):
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_step_gated_on_how_the_cache_was_filled_loses(tmp_path):
     """Linear only for a cache the module did not fill itself (a stranger's attack: the measured cache was filled by
     one `append` from the grader, which no checked call does): the measured prefix goes through the module's own
@@ -86,6 +87,7 @@ def test_a_step_gated_on_how_the_cache_was_filled_loses(tmp_path):
     assert st.score == st.max_score - cost.check.points  # its outputs are right on every path
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_a_step_gated_on_the_steps_since_a_prefill_loses(tmp_path):
     """Linear for the first 8 one-token steps after a forward of several tokens, every pair redone after that (a
     stranger's attack: the measured steps were always the 8 right after the prefill): each length's counted steps
