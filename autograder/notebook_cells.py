@@ -5,13 +5,37 @@ The stage's report is printed to stdout; nbgrader takes the returned number as t
 partial credit. Student code still runs only in child processes, but the notebook's own kernel
 is the student's, so a notebook can patch this function: see the README's trust table.
 """
+import atexit
 import os
 from pathlib import Path
 
 from .feedback.advice import STATUS_WORD, diagnosis_text
-from .grade import grade
+from .grade import grade as _grade
 from .report.terminal import terminal
 from .results import CheckResult
+from .sandbox.runner import start_server
+
+_servers: dict = {}  # this kernel's fork servers, {"numpy": ..., "torch": ...}: see grade below
+
+
+def grade(folder: Path, stages: list[str], seed: int, public_only: bool = False):
+    """grade.grade of `stages`, its children forked from fork servers this kernel keeps from one test cell to the
+    next (the ones `make grade` starts for its one grade): a notebook grades a stage per cell, and starting torch's
+    server again for each cell took most of the notebook's grading time. Each grade's children are fresh forks,
+    reading the folder as it is now (the cells above rewrite it), as in `make watch`."""
+    if not _servers or not all(s.alive() for s in _servers.values() if s is not None):  # none yet, or one died
+        _end_servers()
+        _servers.update({kind: start_server(kind) for kind in ("numpy", "torch")})
+    zygote = {kind: s for kind, s in _servers.items() if s is not None}
+    return _grade(folder, stages, seed=seed, public_only=public_only, zygote=zygote or None)
+
+
+@atexit.register
+def _end_servers() -> None:
+    for server in _servers.values():
+        if server is not None:
+            server.close()
+    _servers.clear()
 
 
 def grade_stage(stage: str, folder: str = "submission", public_only: bool = False, hidden: bool | None = None) -> float:

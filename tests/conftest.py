@@ -40,9 +40,8 @@ def _kept_servers() -> dict | None:
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("ATTN_") or k == "TMPDIR"))
     kept = _SERVERS.get(key)
     if kept is None or not all(server.alive() for server in kept.values()):
-        kept = _SERVERS[key] = {k: launchers.warm_launcher(isolate=namespaces.available(), wait=False,
-                                                          torch=k == "torch") for k in ("numpy", "torch")}
-    return kept
+        kept = _SERVERS[key] = {k: s for k in ("numpy", "torch") if (s := runner.start_server(k)) is not None}
+    return kept or None
 
 
 @atexit.register

@@ -233,3 +233,28 @@ def test_which_copy_an_upload_grades(tmp_path):
         z.writestr("attention.ipynb", b" " * (MAX_NOTEBOOK_BYTES + 1))
     with pytest.raises(NotASubmission, match="attention.ipynb: is larger than 16 MiB"):
         survey(up)
+
+
+def test_a_kernels_test_cells_share_its_fork_servers_and_each_reads_the_files_anew(tmp_path):
+    """A notebook grades a stage per test cell: the kernel keeps one pair of fork servers for all its cells (a
+    server started per cell loaded torch again every time), and each cell's grade still reads the files the
+    cells above it just wrote, and starts new servers where one has died."""
+    from autograder import notebook_cells
+
+    sub = tmp_path / "submission"
+    shutil.copytree(SOLUTIONS, sub)
+    try:
+        full = {s.name: s.points for s in STAGES}
+        assert [notebook_cells.grade_stage(s, str(sub)) for s in ("softmax", "heads")] == [full["softmax"], full["heads"]]
+        servers = dict(notebook_cells._servers)
+        assert servers["torch"].alive()
+        unnormalised = (SOLUTIONS / "softmax.py").read_text().replace("e / np.sum(e, axis=axis, keepdims=True)", "e")
+        (sub / "softmax.py").write_text(unnormalised)
+        assert notebook_cells.grade_stage("softmax", str(sub)) < full["softmax"]  # the file as the cell above left it
+        assert all(notebook_cells._servers[k] is s for k, s in servers.items())  # the same servers
+        servers["torch"].close()
+        shutil.copy2(SOLUTIONS / "softmax.py", sub / "softmax.py")  # heads calls the student's softmax
+        assert notebook_cells.grade_stage("heads", str(sub)) == full["heads"]
+        assert notebook_cells._servers["torch"] is not servers["torch"] and notebook_cells._servers["torch"].alive()
+    finally:
+        notebook_cells._end_servers()

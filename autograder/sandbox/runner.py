@@ -759,29 +759,36 @@ def environment_fault(crash: str) -> str:
     return say.START_FAILED.format(exe=exe, how=how)
 
 
+def start_server(kind: str):
+    """The fork server a grade's `kind` side ("torch" or "numpy") forks its children from, started now (its
+    interpreter loads numpy, and torch for the torch side, while the caller goes on), or None where that side
+    starts a new interpreter per child: where forking is not safe, where the interpreter cannot start (the
+    worker reports it when the grade calls), and the numpy side inside a memory-limited container (Gradescope's
+    768 MiB: a numpy server beside the torch one, with their children, passed the container's limit in the tests)."""
+    from ..child.policy import container_memory
+
+    if not fork_is_safe() or (kind == "numpy" and container_memory() is not None):
+        return None
+    try:
+        return ForkServer(isolate=namespaces.available(), wait=False, torch=kind == "torch")
+    except OSError:
+        return None
+
+
 def prestart(submission: Path, kinds: list[str], timeout: float) -> dict:
     """Start the children now, so their interpreters load numpy (and torch) while the grader
     imports its checks: the start-ups overlap instead of adding up. Where forking is safe each side is a fork
-    server (inside namespaces where they exist) that imports torch once (numpy alone, for the numpy side): the
-    grading child and every fresh child that measures are forks of it, not new interpreters importing again.
-    `kinds`: "torch" and/or "numpy", the sides the grade's stages need (stages.child_kinds), the torch side
+    server (start_server, inside namespaces where they exist) that imports torch once (numpy alone, for the numpy
+    side): the grading child and every fresh child that measures are forks of it, not new interpreters importing
+    again. `kinds`: "torch" and/or "numpy", the sides the grade's stages need (stages.child_kinds), the torch side
     first: its import is the longest start of a grade. The folder is read now (safe_files.take) and every worker
     holds that Snapshot (`snapshot`): the grade that is handed these workers grades those bytes. Close the workers'
     launchers when the grade is done (close_launchers)."""
-    from ..child.policy import container_memory
-
-    # inside a memory-limited container (Gradescope's 768 MiB) the numpy side keeps a new interpreter per child: a
-    # numpy server beside the torch one, with their children, passed the container's limit in the tests
-    serve_numpy = container_memory() is None
 
     def start(kind: str) -> Worker:
-        if fork_is_safe() and (kind == "torch" or serve_numpy):  # the numpy side's server never loads torch
-            try:
-                server = ForkServer(isolate=namespaces.available(), wait=False, torch=kind == "torch")
-            except OSError:  # the interpreter cannot be started: a plain worker reports it when the grade calls
-                server = None
-            if server is not None:
-                return Worker(snap, timeout=timeout, zygote=server, reuse_memory=kind == "numpy")  # forked on first use
+        server = start_server(kind)
+        if server is not None:
+            return Worker(snap, timeout=timeout, zygote=server, reuse_memory=kind == "numpy")  # forked on first use
         w = Worker(snap, timeout=timeout, reuse_memory=kind == "numpy")
         try:
             w.start()
