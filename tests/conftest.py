@@ -122,6 +122,28 @@ def pytest_configure(config) -> None:
                                        "`make sweep` only, about 6 minutes on 2 cores")
 
 
+_TIMELINE = os.environ.get("ATTN_TEST_TIMELINE")  # a file: each test's worker, start and end appended (where the
+# suite's time goes, in CONTRIBUTING.md's "The test tiers"); unset, nothing is written
+
+
+def pytest_runtest_protocol(item, nextitem):
+    if _TIMELINE:
+        import json
+        import time
+
+        start = time.time()
+        item.config.hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        from _pytest.runner import runtestprotocol
+
+        runtestprotocol(item, nextitem=nextitem)
+        item.config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        with open(_TIMELINE, "a") as f:
+            f.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                                "start": start, "end": time.time()}) + "\n")
+        return True
+    return None
+
+
 def variant(tmp_path: Path, edits: dict[str, list[tuple[str, str]]], base: Path = SOLUTIONS) -> Path:
     """A copy of `base` with each (old, new) text replaced once in the named file; old must be there."""
     dest = tmp_path / "submission"
