@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SOLUTIONS
+from conftest import SOLUTIONS, ram_folder
 
 from autograder.instructor.build import autograder_zip, gradescope_local, requirement_pins, setup_environment
 
@@ -22,8 +22,9 @@ PINNED = ("numpy", "psutil", "torch")  # what setup.sh installs
 
 
 def open_dir(prefix: str) -> Path:
-    """A folder other users can enter (the sandbox's uid runs the venv's interpreter; pytest's tmp_path is private)."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    """A folder other users can enter (the sandbox's uid runs the venv's interpreter; pytest's tmp_path is private),
+    in memory where there is room (conftest.ram_folder: setup.sh's pip writes a gigabyte)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=ram_folder()))
     path.chmod(0o755)
     return path
 
