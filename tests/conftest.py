@@ -266,7 +266,7 @@ class Watching:
 
 
 RAM = Path("/dev/shm")
-_RAM_VENVS: list[Path] = []
+_RAM_DIRS: list[Path] = []
 
 
 def ram_folder() -> Path | None:
@@ -279,17 +279,30 @@ def ram_folder() -> Path | None:
     return RAM if os.access(RAM, os.W_OK) and st.f_bavail * st.f_frsize >= 8 * 2**30 else None
 
 
+def scratch(fallback: Path) -> Path:
+    """A folder for a test that writes a gigabyte (a venv, a repo copy whose builds make one): a new one in memory
+    where ram_folder has room, removed after the test; else `fallback` (made)."""
+    import tempfile
+
+    ram = ram_folder()
+    if ram is None:
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+    _RAM_DIRS.append(Path(tempfile.mkdtemp(prefix="attn-test-", dir=ram)))
+    return _RAM_DIRS[-1]
+
+
 @pytest.fixture(autouse=True)
-def _remove_ram_venvs():
+def _remove_scratch():
     yield
-    while _RAM_VENVS:
-        shutil.rmtree(_RAM_VENVS.pop(), ignore_errors=True)
+    while _RAM_DIRS:
+        shutil.rmtree(_RAM_DIRS.pop(), ignore_errors=True)
 
 
 def fresh_venv(path: Path, requirements: list[str], cwd: Path) -> Path:
     """A venv of this interpreter without the system's packages, `requirements` pip-installed in it from `cwd`
     (one pip call, as a course's setup makes it); returns where it is: `path`, or a folder of that name in memory
-    (ram_folder, removed after the test). ATTN_TEST_VENVS=folder keeps such venvs there between
+    (scratch, removed after the test). ATTN_TEST_VENVS=folder keeps such venvs there between
     runs, one per set of requirements other than wheels; a kept one gets only its wheels reinstalled."""
     import hashlib
     import os
@@ -299,11 +312,8 @@ def fresh_venv(path: Path, requirements: list[str], cwd: Path) -> Path:
     if os.environ.get("ATTN_TEST_VENVS"):
         others = "\n".join(r for r in requirements if r not in wheels)
         path = Path(os.environ["ATTN_TEST_VENVS"]) / hashlib.sha256(others.encode()).hexdigest()[:12]
-    elif ram_folder():  # pip writes a gigabyte or more: in memory, removed after the test
-        import tempfile
-
-        path = Path(tempfile.mkdtemp(prefix="attn-venv-", dir=ram_folder())) / path.name
-        _RAM_VENVS.append(path.parent)
+    else:  # pip writes a gigabyte or more: in memory where there is room, removed after the test
+        path = scratch(path.parent) / path.name
     pip = [str(path / "bin" / "pip"), "install", "--quiet"]
     if (path / "bin" / "python").exists():
         cmd = [*pip, "--no-deps", "--force-reinstall", *wheels]

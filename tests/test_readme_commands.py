@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLUTIONS, copy_repo, output_until, share_venv
+from conftest import ROOT, SOLUTIONS, copy_repo, output_until, scratch, share_venv
 
 from autograder.sandbox.launchers import separate_user_possible
 
@@ -113,7 +113,7 @@ def group_of(written: str) -> str:
 def repo_copy(tmp_path: Path) -> Path:
     if not (ROOT / ".venv" / ".instructor").exists():
         pytest.skip("needs the .venv that `make test` sets up")
-    dest = share_venv(copy_repo(tmp_path / "repo"), ".instructor")
+    dest = share_venv(copy_repo(scratch(tmp_path) / "repo"), ".instructor")  # its builds: gradescope-local's venv
     for name in ("alice", "bob"):
         shutil.copytree(SOLUTIONS, dest / "batch" / name)
     return dest
