@@ -450,6 +450,8 @@ HTML_HINT_ABOUT = ", about the mistake this run named ({mistake})"
 HTML_HINT_MORE = "`make hint STAGE={stage}` gives this one, then the next"
 HTML_HINT_LAST = "the last rung of this ladder"
 HTML_NO_STEP = "(no step of this shape)"
+HTML_SDPA_STEP = "the scaled_dot_product_attention call"  # the trace's row for a call whose arguments part
+HTML_NOT_KEPT = "(not kept)"  # the trace's name for a value no variable takes
 HTML_NO_STEP_LABEL = "no step of its shape"
 HTML_PART_HERE = "the values part here, {where}"
 HTML_STEPS_STAGE = "{stage}: in {function}"

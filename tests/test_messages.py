@@ -1,11 +1,13 @@
 """Each sentence a student can see lives in one place a maintainer can find: its stage's declaration
-(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py`. One exception: the child
+(`autograder/stages/<stage>.py`) or, for kit-wide text, `autograder/messages.py` (and the names of the reference's
+intermediate steps, where each is computed: `autograder/feedback/steps.py`). One exception: the child
 (`autograder/child/`, copied alone into the sandbox) cannot import messages.py, so what it raises or prints (the
 run-time guard's refusal, the invariants' words) is written there; the walk reads it as the run's own text (3).
 
 The walk grades the stubs, the solutions and every catalogued mutant (`MUTANTS`; each stage's first in
-`make test-fast`, the rest slow: `tiered`), renders what a student sees (the terminal report, plain and `V=1`,
-and for a mutant every rung `make hint` climbs after the grade) and fails on a line that says more than the
+`make test-fast`, the rest slow: `tiered`), renders what a student sees (the terminal report, plain and `V=1`, the
+`make report` page's text, `make watch`'s screen, the Gradescope results' text, and for a mutant every rung
+`make hint` climbs after the grade) and fails on a line that says more than the
 allowed modules wrote. The rule, line by line, with runs of whitespace read as one space:
 
 1. The skeletons: every string constant and f-string of `messages.py` and of the stage modules (those that
@@ -105,10 +107,11 @@ def _space(text: str) -> str:
 
 
 def allowed_modules() -> list:
-    """messages.py, every module that declares a stage, and the declarations of the articles' worked numbers
-    (stages/article_numbers.py: each quantity's words and the sections the kit sends a student to)."""
+    """messages.py, every module that declares a stage, the declarations of the articles' worked numbers
+    (stages/article_numbers.py: each quantity's words and the sections the kit sends a student to), and the
+    reference's steps (feedback/steps.py: each intermediate the report's trace shows, named where it is computed)."""
     stages = GRADER_ROOT / "stages"
-    return [GRADER_ROOT / "messages.py", stages / "article_numbers.py"] + sorted(
+    return [GRADER_ROOT / "messages.py", stages / "article_numbers.py", GRADER_ROOT / "feedback" / "steps.py"] + sorted(
         {stages / f"{s.module.rsplit('.', 1)[1]}.py" for s in STAGES})
 
 
@@ -228,9 +231,13 @@ def unexplained(text: str, values: list[str] = (), names: set[str] = frozenset()
     return bad
 
 
+# Python's own names for code that has none of the student's (a line of a generator expression is `<genexpr>:49`)
+CODE_NAMES = {"genexpr", "lambda", "listcomp", "dictcomp", "setcomp", "module"}
+
+
 def run_values(res) -> tuple[list[str], set[str]]:
     """(the run's own text: its exceptions' messages, its printed output, its files' lines; the files' names)."""
-    values, names = [], set(res.submission.parts)
+    values, names = [], set(res.submission.parts) | CODE_NAMES
     for sr in res.stages.values():
         for r in sr.checks:
             if r.error:
@@ -250,8 +257,34 @@ def run_values(res) -> tuple[list[str], set[str]]:
 
 
 def seen(res) -> str:
-    """What a student reads of a grade: the terminal report, plain and verbose."""
-    return terminal(res) + "\n" + terminal(res, verbose=True)
+    """What a student reads of a grade, wherever it is shown: the terminal report, plain and verbose; the
+    `make report` page's text; `make watch`'s screen after a grade of every stage; and the Gradescope results'
+    text (the summary, each test's name and output; markdown's escapes read as the page shows them)."""
+    from autograder.report import watch_screen
+    from autograder.report.gradescope_json import results_json
+    from autograder.report.html import render
+    from autograder.report.watch_screen import screen
+
+    gs = results_json(res)
+    shown = [gs["output"], *(f"{t['name']}\n{t['output']}" for t in gs["tests"])]
+    fit, watch_screen.fit = watch_screen.fit, lambda line, width=0: line  # the screen's lines unwrapped: one
+    try:  # sentence wrapped at 80 columns reads as two pieces
+        watched = screen(res, dict(res.stages), list(res.stages), color=False)
+    finally:
+        watch_screen.fit = fit
+    return "\n".join([terminal(res), terminal(res, verbose=True), page_text(render(res)), watched,
+                      re.sub(r"\\([\\`*_{}\[\]()#+.!<>|-])", r"\1", "\n".join(shown))])
+
+
+def page_text(page: str) -> str:
+    """The words a browser shows of an HTML page: no styles, scripts or pictures' data; block ends as line ends,
+    entities read."""
+    import html
+
+    page = re.sub(r"(?is)<(style|script)\b.*?</\1>", "", page)
+    page = re.sub(r"(?is)<code>(.*?)</code>", r"`\1`", page)  # code reads as code, as in the terminal
+    page = re.sub(r"(?i)<br\s*/?>|</(p|div|li|tr|h\d|pre|table|details|summary|section|caption)>", "\n", page)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
 
 
 def climbed(submission, res) -> str:
@@ -317,6 +350,27 @@ def test_the_walk_sees_a_sentence_written_elsewhere(solutions_result, tmp_path, 
     # and one hidden in the next step, after an allowed template
     step = solutions_result.next_step + " Well done, go get a coffee now."
     assert unexplained(step, values, names) and not unexplained(solutions_result.next_step, values, names)
+
+
+@pytest.mark.parametrize("where", ["report page", "watch screen", "Gradescope results"])
+def test_the_walk_reads_the_page_the_screen_and_the_gradescope_results(solutions_result, monkeypatch, where):
+    """A sentence that only `make report`'s page, `make watch`'s screen or Gradescope's results add is flagged."""
+    from autograder.report import gradescope_json, html, watch_screen
+
+    values, names = run_values(solutions_result)
+    assert not unexplained(seen(solutions_result), values, names)
+    extra = "Remember to stretch your legs between stages."
+    if where == "report page":
+        render = html.render
+        monkeypatch.setattr(html, "render", lambda res: render(res).replace("</body>", f"<p>{extra}</p></body>"))
+    elif where == "watch screen":
+        screen = watch_screen.screen
+        monkeypatch.setattr(watch_screen, "screen", lambda *a, **k: screen(*a, **k) + "\n" + extra)
+    else:
+        results = gradescope_json.results_json
+        monkeypatch.setattr(gradescope_json, "results_json", lambda res: {**results(res), "output": extra})
+    bad = unexplained(seen(solutions_result), values, names)
+    assert len(bad) == 1 and "stretch" in bad[0], bad
 
 
 # written nowhere: the words of four allowed templates ('Look at {where}. {question}', the mask inverted (`~` added),

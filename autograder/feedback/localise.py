@@ -164,7 +164,7 @@ def follow_sdpa(api, p: Probe, snap: Snapshot) -> dict | None:
             made = argument_line(snap, r["file"], call, argument)  # `p = ...` above the call
             said = say.SDPA_LINE_MADE.format(made=made, argument=argument, call=call, words=words) if made \
                 else say.SDPA_LINE.format(call=call, words=words)
-            return {"label": "the scaled_dot_product_attention call", "line": made or call, "file": r["file"],
+            return {"label": say.HTML_SDPA_STEP, "line": made or call, "file": r["file"],
                     "function": r.get("function"), "name": r["name"], "verdict": "wrong", "got": None, "want": None,
                     "relation": said}
     return None
@@ -241,7 +241,7 @@ def dropped_result(r: dict, records: list[dict], around: list[dict], want) -> di
         if kin and not any(_equal(a["value"], h["value"]) for a in handed) \
                 and not any(h["seq"] < x["seq"] < r["seq"] and _equal(x["value"], h["value"]) for x in later):
             callee = str(h.get("function"))
-            return {"label": label, "line": int(line), "file": file, "function": function, "name": "(not kept)",
+            return {"label": label, "line": int(line), "file": file, "function": function, "name": say.HTML_NOT_KEPT,
                     "verdict": "wrong", "got": None, "want": _small(h["value"]),
                     "relation": say.PART_NOT_KEPT.format(line=int(line), callee=callee, step=label.removeprefix("the "),
                                                          function=r.get("function"))}
