@@ -19,7 +19,7 @@ from ..results import Located, StageStatus
 from ..sandbox.safe_files import Snapshot
 from ..stages import BY_NAME, STAGES, USES, mistakes_of
 from . import relations, steps
-from .sources import argument_line, deciding_line
+from .sources import argument_line, deciding_line, function_node
 
 
 def probes_of(stage: str) -> tuple[Probe, ...]:
@@ -442,24 +442,11 @@ def _bare(function: str) -> str:
     return function.rpartition(".")[2]
 
 
-def _function_node(tree: ast.AST, name: str) -> ast.FunctionDef | None:
-    """The def of `name`: a function, or `Class.method` (the method inside that class)."""
-    owner, _, name = name.rpartition(".")
-    if owner:
-        tree = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner), None)
-        if tree is None:
-            return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    return None
-
-
 def _body_lines(snap: Snapshot, file: str, func: str) -> list[tuple[int, str]]:
     """(number, text) of the function's body lines, its docstring left out."""
     text = snap.read_text(file) or ""
     try:
-        node = _function_node(ast.parse(text), func)
+        node = function_node(ast.parse(text), func)
     except (SyntaxError, ValueError):
         return []
     if node is None:

@@ -181,17 +181,26 @@ def reached_files(snap: Snapshot, file: str, function: str | None) -> set[str]:
 RANDOM_SOURCES = r"default_rng|RandomState|Generator\(|manual_seed|np\.random\.seed"  # what a seed is for
 
 
+def function_node(tree: ast.AST, name: str) -> ast.FunctionDef | None:
+    """The def of `name`: a function, or `Class.method` (the method inside that class)."""
+    owner, _, name = name.rpartition(".")
+    if owner:
+        tree = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner), None)
+        if tree is None:
+            return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
 def unread_parameter(snap: Snapshot, name: str, function: str, said: str) -> tuple[str, int] | None:
     """(parameter, line) for a parameter of `function` (top-level, or `Class.method`) in file `name` that its body
     never reads, when `said` (the failing check's words) names it: the line is the one body line that makes what
     the parameter is about (a call whose name holds the parameter's, `causal_mask(n)` for `causal`; a random
     generator for `seed`), else the parameter's own line. None where every parameter named is read."""
     tree = _parse(snap, name)
-    owner, _, bare = function.rpartition(".")
-    scope = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == owner), None) \
-        if tree and owner else tree
-    node = next((n for n in ast.walk(scope) if isinstance(n, ast.FunctionDef) and n.name == bare), None) \
-        if scope else None
+    node = function_node(tree, function) if tree else None
     if node is None:
         return None
     read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
