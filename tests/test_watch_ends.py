@@ -7,6 +7,7 @@ the shell's SIGHUP reaches the job, make is killed, or tmux itself kills the ses
 watcher, its fork server and every child it started are gone, and the temporary directory is empty.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -137,15 +138,19 @@ def submission(tmp_path: Path) -> Path:
     return sub
 
 
-def hang_a_grade(sub: Path, tmp: Path, root: int, output) -> dict[int, str]:
+def hang_a_grade(sub: Path, tmp: Path, root: int, output, log: bool = True) -> dict[int, str]:
     """After the first screen: a save whose import hangs, and a wait until the child is in it. Returns the
-    tree under `root` then (pid -> command line), a forked child of the hanging grade in it."""
-    assert wait_until(lambda: "Next step" in output()), output()[-2000:]
+    tree under `root` then (pid -> command line), a forked child of the hanging grade in it. `output` is the
+    whole output so far (`log`), or what the terminal shows now (a tmux pane)."""
+    # the first grade's own screen: a slow one first draws "Next step: grading ..." (watch.SLOW_S), which is not it
+    # (found by CI: the hang was saved while that grade still ran, and no child of the second was ever seen)
+    assert wait_until(lambda: re.search(r"Next step: (?!grading)", output())), output()[-2000:]
+    shown = len(output()) if log else 0
     (sub / "softmax.py").write_text(HANG + (sub / "softmax.py").read_text())
     # the grade is in flight (a second after it began, its screen says so; a measuring child of the first grade
     # may still be ending before that, so a child counts once it is still there a second later): its scratch
     # folders exist, and so does a child of the fork server
-    assert wait_until(lambda: "grading ..." in output()), output()[-2000:]
+    assert wait_until(lambda: "grading ..." in output()[shown:]), output()[-2000:]
     found: dict[int, str] = {}
 
     def hanging() -> bool:
@@ -254,7 +259,7 @@ def tmux_ends_it(sub: Path, tmp: Path, tmp_path: Path) -> None:
 
     started: dict[int, str] = {}
     try:
-        started = hang_a_grade(sub, tmp, pane, output)
+        started = hang_a_grade(sub, tmp, pane, output, log=False)
         subprocess.run([*tmux, "kill-session", "-t", "w"], env=env, check=True)
         assert_all_gone(started, tmp)
     finally:
