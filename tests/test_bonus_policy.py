@@ -3,7 +3,7 @@ tests' scores under either, and GitHub Classroom's reporter total is the same nu
 import json
 
 import pytest
-from conftest import SOLUTIONS, grade, variant
+from conftest import grade, variant
 
 from autograder.report.classroom import results_for
 from autograder.report.gradescope_json import BONUS_POLICIES, results_json
@@ -13,8 +13,8 @@ ZERO_MASK = ("return np.where(allowed, scores, -np.inf)", "return np.where(allow
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return {"solutions": grade(SOLUTIONS, seed=0),
+def graded(tmp_path_factory, solutions_result):
+    return {"solutions": solutions_result,  # grade(SOLUTIONS, seed=0), graded once per test process
             "zero-mask": grade(variant(tmp_path_factory.mktemp("zm"), {"masking.py": [ZERO_MASK]}), seed=0)}
 
 

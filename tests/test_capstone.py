@@ -28,6 +28,7 @@ def make(repo, *args) -> subprocess.CompletedProcess:
                           text=True, timeout=600, env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow  # a capstone run (CONTRIBUTING.md, the tiers): make test only
 def test_a_module_without_its_mask_is_refused_before_training(repo, tmp_path):
     broken = shutil.copytree(SOLUTIONS, tmp_path / "broken")
     source = (broken / "module.py").read_text()

@@ -34,6 +34,7 @@ def test_report_is_self_contained_and_complete(report):
     assert all(img.std() > 5 for img in imgs), "a heatmap came out blank"
 
 
+@pytest.mark.slow  # a browser's run of the whole page (CONTRIBUTING.md, the tiers): make test only
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_chromium(report, tmp_path):
     dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--dump-dom", report.as_uri()],

@@ -725,6 +725,7 @@ def test_a_correct_decode_looping_over_batch_and_heads_in_python_keeps_the_cost_
         assert stage.score == 16, (seed, [(r.check.name, r.message) for r in stage.checks if not r.passed])
 
 
+@pytest.mark.slow  # a case of the library check's family beyond its first (CONTRIBUTING.md, the tiers): make test only
 def test_softmax_borrowing_torch_through_another_stage_module_loses_the_library_check(tmp_path):
     """Found by a stranger attacker: `from .tiled import torch` in softmax.py kept the no-library check (11 -> 12):
     the imports of every stage module softmax.py loads count."""
@@ -764,6 +765,7 @@ def test_softmax_importing_torch_at_run_time_under_a_computed_name_loses_the_lib
     assert scores["forger"] <= scores["honest"] == 11, scores
 
 
+@pytest.mark.slow  # a case of the library check's family beyond its first (CONTRIBUTING.md, the tiers): make test only
 def test_softmax_borrowing_torch_only_after_its_process_first_call_loses_the_library_check(tmp_path):
     """Left by a stranger attacker: the measuring child was fresh and made one call, so a softmax in numpy on its
     process's first call, and torch (under a computed name) on every later one, kept the no-library check its twin
