@@ -469,6 +469,7 @@ def test_a_named_change_that_an_edit_confirms_says_so_and_the_last_rung_gives_th
     assert not any("w_v" in r for r in rungs[:-1]), rungs
 
 
+@pytest.mark.slow  # runs make grade and make hint, whole channels (CONTRIBUTING.md, the tiers): make test only
 def test_make_grade_confirms_the_edit_as_the_api_does_and_make_hint_ends_on_it(tmp_path):
     """The confirmation ran only where a grade started its own children (the API): `make grade` and Gradescope start
     theirs ahead, and said nothing of it, so the hint ladder's last rung never gave the edit to a student. Through

@@ -225,6 +225,7 @@ def test_a_measuring_child_whose_server_is_gone_is_not_waited_on():
         server.close()
 
 
+@pytest.mark.slow  # a case of Ctrl-C's beyond its first (CONTRIBUTING.md, the tiers): make test only
 def test_ctrl_c_stops_watch_started_with_sigint_ignored(tmp_path):
     """A shell without job control starts a background job with SIGINT ignored, and its children inherit that: watch
     then kept running after Ctrl-C (found when the tests were run that way: watch processes left behind)."""
