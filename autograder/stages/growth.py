@@ -126,27 +126,9 @@ def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
         return
     fn = FUNCTIONS[name]
     loads = _loads(api, fn.reads)
-    kept = _baselines(api)
     for n in sizes:
         for baseline in (False, True):
-            if baseline and (name, n, rest, seed, loads) in kept:  # measured already from this server
-                continue
             soon(_key(name, n, seed, baseline), _calls(fn, n, rest, seed, baseline), timeout=60, loads=loads)
-
-
-def _baselines(api) -> dict:
-    """What the baseline children (the grader's own code, no line of the submission's) measured, kept on the fork
-    server they were forked from for its life: {(name, length, rest, seed, libraries loaded): (bytes, whole-life
-    peak)}. The same call from the same server measures the same, so a server that grades many submissions (make
-    watch, a regrade, the tests' kept servers) measures each baseline once; `make grade`'s server lives one grade.
-    A growth that breaks a rule drops the baselines it was judged on, so the next grade measures them anew (judge).
-    Empty (and kept nowhere) where children are new interpreters."""
-    launcher = getattr(api.worker, "launcher", None)
-    if not getattr(launcher, "forks", False):
-        return {}
-    if not isinstance(getattr(launcher, "baselines", None), dict):
-        launcher.baselines = {}
-    return launcher.baselines
 
 
 def _one(api, fn, name: str, n: int, rest: tuple, seed: int, loads: tuple, baseline: bool) -> tuple:
@@ -171,17 +153,13 @@ def measure(api, name: str, sizes, rest: tuple, seed: int, baseline: bool = True
     fn = FUNCTIONS[name]
     loads = _loads(api, fn.reads)
     api.called.append(name)
-    kept = _baselines(api)
     found = []
     for n in sizes:
         value, call, whole = _one(api, fn, name, n, rest, seed, loads, False)
         if not baseline:
             found.append((value, None, call if call is not None else whole))
             continue
-        key = (name, n, rest, seed, loads)
-        if key not in kept:
-            _, *kept[key] = _one(api, fn, name, n, rest, seed, loads, True)
-        base_call, base_whole = kept[key]
+        _, base_call, base_whole = _one(api, fn, name, n, rest, seed, loads, True)
         if call is not None and base_call is not None:
             found.append((value, call - base_call, call))
         else:
@@ -200,10 +178,4 @@ def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label:
     if g.broken() is not None:
         again = measure(api, name, sizes, rest, seed, baseline=False)
         g = g.lower(Growth(g.sizes, tuple(a + (r[2] - p[2]) for a, r, p in zip(g.added, again, runs)), g.own))
-        if g.broken() is not None:  # the next grade from this server measures these baselines anew
-            from . import FUNCTIONS
-
-            kept = _baselines(api)
-            for n in sizes:
-                kept.pop((name, n, rest, seed, _loads(api, FUNCTIONS[name].reads)), None)
     return g, verdict(g, label)
