@@ -195,6 +195,7 @@ def test_a_fork_server_child_can_neither_read_dist_nor_reach_the_network(tmp_pat
     assert float(row["softmax"]) == 12, json.loads((out / "mallory.json").read_text())["tests"][0]["output"]
 
 
+@pytest.mark.slow  # runs a regrade, a whole channel (CONTRIBUTING.md, the tiers): make test only
 def test_a_zip_leaves_none_of_its_code_in_the_temp_folder(tmp_path, monkeypatch):
     """Found by a stranger TA: every zip of a batch was unpacked into the temp folder (attn-sub-*) and left there,
     the student's code readable after the regrade ended."""

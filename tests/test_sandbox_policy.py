@@ -535,6 +535,7 @@ def test_correct_code_a_stranger_wrote_keeps_every_point(tmp_path):
     assert [r.what for r in refusals("def f(x):\n    return x.untyped_storage()\n", OWN)] == [".untyped_storage"]
 
 
+@pytest.mark.slow  # a cost measured at several lengths, twice (CONTRIBUTING.md, the tiers): make test only
 def test_a_fused_path_that_never_uses_the_fused_call_loses_the_module_check(tmp_path):
     """CausalSelfAttention(fused=True) whose attention ignores the flag returns the right values, but at T = 8192 it
     builds the T x T scores: the memory the grader reads from outside costs it module_fused_path, whatever the SDPA
@@ -696,6 +697,7 @@ def test_a_measured_call_right_only_on_its_process_first_call_gains_nothing(tmp_
 
 
 
+@pytest.mark.slow  # a cost measured at several lengths (CONTRIBUTING.md, the tiers): make test only
 def test_a_correct_decode_looping_over_batch_and_heads_in_python_keeps_the_cost_check(tmp_path):
     """Found by a stranger student: a correct textbook module (a Python loop over batch and heads, float64 scores,
     the cache's views cloned) lost the decode cost check, diagnosed as quadratic, when the measured cache was filled
