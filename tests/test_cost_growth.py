@@ -7,7 +7,16 @@ from conftest import grade, variant
 
 from autograder.child import seeded
 from autograder.stages import CATALOGUE
-from autograder.stages.kv_cache import CPU_STOP_S, DecodePlan, DecodeRun, judge_cpu, judge_memory, least, pair_bytes
+from autograder.stages.kv_cache import (
+    CPU_STOP_S,
+    DecodePlan,
+    DecodeRun,
+    decisive,
+    judge_cpu,
+    judge_memory,
+    least,
+    pair_bytes,
+)
 
 QUADRATIC_STEP = [e for m in CATALOGUE.values() if m.id == "cache-quadratic-step" for e in m.mutant]
 APPEND = "            k, v = cache.append(k, v)  # [B, H, L, D]: every cached token, these T included\n"
@@ -54,6 +63,7 @@ def test_the_quadratic_step_loses_with_its_growth_shown(tmp_path):
     st, cost = cost_check(variant(tmp_path, edits))
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
     assert "each time the cache doubled" in cost.message and "4x the scores of every pair" in cost.message
+    assert "the longest cache not measured" in cost.message  # it already failed at two: DecodePlan.enough
     assert st.score == st.max_score - cost.check.points  # its outputs are right: only the cost check is lost
 
 
@@ -190,6 +200,31 @@ def test_a_run_stopped_at_its_shortest_length_is_judged_there():
     both = least(stopped, whole)
     assert both.cpu == [0.2, 0.9, 3.5] and both.peak == [0, 0, 0]
     assert judge_cpu(LENGTHS, both).quadratic and "grew" in judge_cpu(LENGTHS, both).said
+
+
+def test_a_run_stopped_at_its_second_length_still_shows_its_growth_and_is_not_measured_twice():
+    """A step whose second length's 8 counted steps made all the pair scores' memory stops there (the longest cache,
+    whose fill alone took a quadratic step seconds, not reached): two lengths still give its growth, and a failure by
+    twice a limit (decisive) is not measured again, where one near a limit is."""
+    mib = 2**20
+    plan = DecodePlan(0, SHAPE, LENGTHS, ())
+    Cost = type("Cost", (), {})
+
+    def cost(memory: float, cpu: float = 0.05):
+        c = Cost()
+        c.memory_bytes, c.cpu_s = memory, cpu
+        return c
+
+    assert plan.enough(4, None, cost(pair_bytes(340, SHAPE)))
+    assert not plan.enough(2, None, cost(pair_bytes(131, SHAPE)))  # one length shows no growth: the next is measured
+    assert not plan.enough(4, None, cost(pair_bytes(340, SHAPE) / 2)) and not plan.enough(4, None, cost(mib))
+    stopped = run_of((20 * mib, 255 * mib, None), (0.096, 0.750, None))
+    memory = judge_memory(LENGTHS, stopped, SHAPE)
+    assert memory.quadratic and "grew" in memory.said and "the longest cache not measured" in memory.said
+    assert decisive(plan, stopped)
+    near = run_of((0.6 * pair_bytes(131, SHAPE), 0, 0), (0.007, 0.006, 0.4))  # over a limit, not twice over
+    assert judge_memory(LENGTHS, near, SHAPE).quadratic and not decisive(plan, near)
+    assert not decisive(plan, run_of((0.6 * mib, 0, 0.4 * mib), (0.007, 0.006, 0.012)))
 
 
 @pytest.mark.sweep  # `make sweep`: about 6 minutes on 2 cores (CONTRIBUTING.md)

@@ -168,6 +168,8 @@ def test_decode_cost_holds_in_a_grown_grader(tmp_path):
     assert ballast[-1] == 1.0
 
 
+# the measured decode's batch (seeded.DECODE_HEADS: B * H of 48 or 64), larger than the decode checks'
+MEASURED_BATCH = "cache.k.shape[0] * cache.k.shape[1] >= 48"
 # armed in the measured decode step: after the answer goes out, stdout's flush (the child's last act) holds the
 # process for longer than the grader waits, so that the kill lands on the process in front of it
 LINGER = ("_sys = typing.sys\n_lock = _sys.modules['_thread'].allocate_lock\n\n\n"
@@ -195,7 +197,7 @@ def test_a_measured_child_that_will_not_end_gets_no_more_than_its_honest_twin(tm
     for e in QUADRATIC_STEP:
         edits[e.file].append((e.old, e.new))
     edits["module.py"] += [("import torch\n", "import typing\n\nimport torch\n\n" + LINGER),
-                           (MODULE_RETURN, "        if cache is not None and cache.length > 700:\n"
+                           (MODULE_RETURN, f"        if cache is not None and cache.length > 200 and {MEASURED_BATCH}:\n"
                                            "            _OUT.armed = True\n" + MODULE_RETURN)]
     fresh = SubprocessLauncher() if launcher == "new interpreters" else None
     st = grade(variant(tmp_path, edits), stages=["kv_cache"], zygote=fresh).stages["kv_cache"]

@@ -277,9 +277,17 @@ class DecodePlan:
 
     def enough(self, index: int, value, cost) -> bool:
         """Whether the student's side may stop after its call `index` (sandbox.Worker.measure_calls): after a
-        length's counted steps that took more than CPU_STOP_S of CPU time, whose verdict no longer length can
-        change (a step of that cost fails at any length)."""
-        return index >= 2 and cost is not None and cost.cpu_s is not None and cost.cpu_s > CPU_STOP_S
+        length's counted steps that took more than CPU_STOP_S of CPU time, or after the second length's when they
+        made as much memory as the scores of every pair (decisive: judge_memory fails at half of it, correct steps
+        add a few pages), whose verdict no longer length can change (a step of that cost fails at any length; two
+        lengths still show its growth). Where the lengths reached do not fail after all (the grader's own steps
+        were as costly), decode_step_cost_linear measures every length again."""
+        if index < 2 or cost is None:
+            return False
+        if cost.cpu_s is not None and cost.cpu_s > CPU_STOP_S:
+            return True
+        L = self.lengths[(index - 2) // 2]
+        return index >= 4 and cost.memory_bytes is not None and cost.memory_bytes >= pair_bytes(L, self.shape)
 
 
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # grading worker -> {seed: DecodePlan}
@@ -384,6 +392,7 @@ def over(side, base) -> list | None:
 
 
 NOT_REACHED = "longer caches not measured: at this one the steps' CPU time already fails the rule"
+LONGEST_NOT_REACHED = "the longest cache not measured: at these the steps already fail the rule"
 
 
 def grew(what: str, lengths, extra, floor: float, shown) -> tuple[float | None, str]:
@@ -393,8 +402,9 @@ def grew(what: str, lengths, extra, floor: float, shown) -> tuple[float | None, 
     if len(at) < 2:
         return None, f"{what} was {shown(at[0][1])} at {at[0][0]} cached positions ({NOT_REACHED})"
     growth = per_doubling([L for L, _ in at], [e for _, e in at], floor)
+    unreached = f"; {LONGEST_NOT_REACHED}" if len(at) < len(extra) else ""
     return growth, (f"{what} grew {growth:.1f}x each time the cache doubled "
-                    f"({', '.join(f'{shown(e)} at {L}' for L, e in at)} cached positions)")
+                    f"({', '.join(f'{shown(e)} at {L}' for L, e in at)} cached positions{unreached})")
 
 
 @dataclass(frozen=True)
@@ -463,6 +473,15 @@ def judge_cpu(lengths, run: DecodeRun) -> Verdict:
     return Verdict(growth is not None and growth >= GROWTH_FAILS, said)
 
 
+def decisive(plan: DecodePlan, run: DecodeRun) -> bool:
+    """Whether a failing run fails by a margin no noise reaches, so measuring it again would change nothing: at some
+    length the steps added all the pair scores' memory (twice the limit; a busy machine adds no pages) or more than
+    CPU_STOP_S of CPU time (four times the limit; correct steps take milliseconds) over the grader's own."""
+    memory, cpu = over(run.peak, run.base_peak) or [], over(run.cpu, run.base_cpu) or []
+    return (any(e is not None and e >= pair_bytes(L, plan.shape) for L, e in zip(plan.lengths, memory))
+            or any(e is not None and e > CPU_STOP_S for e in cpu))
+
+
 def judged(plan: DecodePlan, run: DecodeRun) -> tuple[Verdict, Verdict]:
     return judge_memory(plan.lengths, run, plan.shape), judge_cpu(plan.lengths, run)
 
@@ -489,13 +508,15 @@ def decode_step_cost_linear(api, ctx):
         # it was not far enough to fail (the grader's steps were slow too): every length is measured after all
         run = measure_decode(api, ctx, plan, f"decode-all:{ctx.seed}", stop=False)
         memory, cpu = judged(plan, run)
-    if memory.quadratic or cpu.quadratic:  # measured once more before it costs points: each side's least counts
+    if (memory.quadratic or cpu.quadratic) and not decisive(plan, run):
+        # measured once more before it costs points (each side's least counts), unless no noise could have made it
         run = least(run, measure_decode(api, ctx, plan, f"decode-again:{ctx.seed}"))
         memory, cpu = judged(plan, run)
     if memory.quadratic or cpu.quadratic:
         said = [v.said for v in (cpu, memory) if v.quadratic]
         B, H, D = plan.shape
-        raise diagnosed("cache-quadratic-step", f"{S} decode steps at each of {', '.join(map(str, sorted(plan.lengths)))} "
+        reached = [L for L, c in zip(plan.lengths, run.cpu) if c is not None] or plan.lengths
+        raise diagnosed("cache-quadratic-step", f"{S} decode steps at each of {', '.join(map(str, sorted(reached)))} "
                         f"cached positions (B={B}, H={H}, d_head={D}): {'; '.join(said)}. A step "
                         f"redoes work for every cached position pair: compute only the new rows of scores")
     return f"cost of {S} decode steps: {memory.said}; {cpu.said}"
