@@ -24,6 +24,10 @@ NOISE_BYTES = 8 * 2**20
 # whose file imports torch: 3.1 MiB there at every seed, by the allocator's small-size path); a matrix kept below a
 # switch held 5.0 to 5.5 MiB (tiled, n = 541) and 7.6 MiB (fused, T = 1,034), under the rise's floor.
 FALL_BYTES = 4 * 2**20
+# A rise past both by this much is measured once only (judge): at least 3.5x per doubling (nearer 4x than the limit)
+# and 32 MiB added at the longer length, four times the noise floor; correct calls add a few MiB either way
+DECISIVE_GROWTH = 3.5
+DECISIVE_BYTES = 4 * NOISE_BYTES
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,11 @@ class Growth:
             if (g > MAX_GROWTH and self.added[i + 1] > NOISE_BYTES) or (g < MIN_GROWTH and self.added[i] > FALL_BYTES):
                 return i
         return None
+
+    def decisive(self) -> bool:
+        """Whether a step breaks the law by a margin no noise reaches (DECISIVE_GROWTH and DECISIVE_BYTES): measuring
+        it again could not take the failure back."""
+        return any(g >= DECISIVE_GROWTH and self.added[i + 1] >= DECISIVE_BYTES for i, g in enumerate(self.per_doubling()))
 
     def lower(self, again: "Growth") -> "Growth":
         """This one and a re-measurement combined: at each length the smaller addition (noise and load only add)."""
@@ -171,11 +180,12 @@ def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label:
     """The growth of `runs` (measure()'s, at `sizes`) and why it breaks the rule: (Growth or None where this system
     does not count peaks, the reason or None). `own(n)` is the bytes of the call's tensors at length n. A growth
     that breaks the rule is measured once more (the student's children; the baselines are the grader's own code)
-    and judged on the smaller addition at each length, so a moment's noise takes no point."""
+    and judged on the smaller addition at each length, so a moment's noise takes no point (unless it breaks it by a
+    margin no noise reaches: Growth.decisive)."""
     if any(r[1] is None for r in runs):
         return None, None
     g = Growth(tuple(sizes), tuple(r[1] for r in runs), tuple(own(n) for n in sizes))
-    if g.broken() is not None:
+    if g.broken() is not None and not g.decisive():
         again = measure(api, name, sizes, rest, seed, baseline=False)
         g = g.lower(Growth(g.sizes, tuple(a + (r[2] - p[2]) for a, r, p in zip(g.added, again, runs)), g.own))
     return g, verdict(g, label)
