@@ -48,7 +48,8 @@ class CausalSelfAttention(nn.Module):
         up to 64 tokens then 0 to 64 one-token steps, the memory and CPU time 8 more one-token steps
         add over the grader's own may grow about 2x when the cache doubles, not 4x. At any one length
         they may add at most half the scores of every pair of positions ([B, H, L, L] float32) and 0.3 s
-        of CPU time over the grader's. Their outputs are checked too, and the decode checks use caches
+        of CPU time over the grader's; steps that already add all of those scores at the second length
+        are not measured at the third. Their outputs are checked too, and the decode checks use caches
         of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]

@@ -132,8 +132,9 @@ def test_no_fork_regrade_and_watch(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     rows = (tmp_path / "batch-results" / "summary.csv").read_text().splitlines()
     totals = {r.split(",")[0]: float(r.split(",")[1]) for r in rows[1:]}
-    assert totals == {n: grade(batch / n, timeout=10).score for n in ("alice", "mallory")}  # as with a fork server
-    assert totals["alice"] == grade(batch / "alice").max_score > totals["mallory"]
+    forked = {n: grade(batch / n, timeout=10) for n in ("alice", "mallory")}
+    assert totals == {n: r.score for n, r in forked.items()}  # as with a fork server
+    assert totals["alice"] == forked["alice"].max_score > totals["mallory"]
     # watch from the stubs (the regrade above gave correct code its marks without fork): a save of the solutions'
     # scaling with an endless loop in it is cut off at the limit, in a new interpreter too
     sub = tmp_path / "watched"

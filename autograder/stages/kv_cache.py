@@ -494,7 +494,8 @@ def judged(plan: DecodePlan, run: DecodeRun) -> tuple[Verdict, Verdict]:
                    "forwards of up to 64 tokens then 0 to 64 one-token steps, the memory and CPU time 8 more "
                    "one-token steps add over the grader's own may grow about 2x when the cache doubles, not 4x. "
                    "At any one length they may add at most half the scores of every pair of positions ([B, H, L, L] "
-                   f"float32) and {CPU_OVER_S:g} s of CPU time over the grader's.")
+                   f"float32) and {CPU_OVER_S:g} s of CPU time over the grader's; steps that already add all "
+                   "of those scores at the second length are not measured at the third.")
 def decode_step_cost_linear(api, ctx):
     """8 decode steps at three cache lengths between 128 and 768 positions, at a batch, heads and d_head drawn from
     the grade's seed: what they add to the peak memory and CPU time of their process (the module and the cache made
