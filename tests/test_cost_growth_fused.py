@@ -415,3 +415,32 @@ def test_code_cheap_at_one_drawn_shape_loses_wherever_another_is_drawn(tmp_path,
     finally:
         m.close()
     assert set(kept) <= set(drawn) and len(kept) <= 4, (kept, drawn)
+
+
+def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monkeypatch):
+    """Where one call is counted alone (Linux's /proc), each side's three lengths run in one child (growth.one_child:
+    2 children where 6 were): the correct call's additions stay within a MiB of the per-length ones and keep the
+    rule, and the T x T call breaks it either way (the per-length way is what a system without /proc still uses)."""
+    children = []
+    counted = Worker._in_fresh_child
+
+    def counting(self, target, run, loads=()):
+        children.append(target)
+        return counted(self, target, run, loads)
+
+    monkeypatch.setattr(Worker, "_in_fresh_child", counting)
+    found = {}
+    for name, text in (("correct", None), ("square", _fused_body(HAND_FUSED))):
+        for one in (True, False):
+            monkeypatch.setattr(growth, "one_child", lambda one=one: one)
+            m = _Measurer(_submission(tmp_path, f"{name}{one}", {"fused.py": text} if text else {}), torch=True)
+            children.clear()
+            try:
+                found[name, one] = _fused_growth(m, 0)
+            finally:
+                m.close()
+            assert len(children) == (2 if one else 6), children  # the square's failure is decisive: no re-measure
+    (one, why_one), (per, why_per) = found["correct", True], found["correct", False]
+    assert why_one is None and why_per is None, (growth.describe(one), growth.describe(per))
+    assert all(abs(a - b) < 2**20 for a, b in zip(one.added, per.added)), (one.added, per.added)
+    assert found["square", True][1] and found["square", False][1]

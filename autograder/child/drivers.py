@@ -325,11 +325,12 @@ def module_fused_decode(x, qkv_weight, out_weight, n_heads, chunks, *, pkg):
 def fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *, seed=0, watched=True, phase="both", pkg):
     """One causal call at length T, q, k, v [B, H, T, d_head] (the shape drawn from the grade's seed:
     seeded.fused_shape), after 1 to 3 ordinary ones of 8 to 64 tokens of the same B, H and d_head
-    (seeded.ordinary_sizes), in a fresh child that ends after it: the student's fused_attention, or, for the baseline,
-    F.scaled_dot_product_attention itself, on seeded.attention_inputs. phase="prepare" imports the submission's
-    module and makes the ordinary calls only; phase="call" then makes the measured one, which the parent brackets
-    (sandbox/per_call.py: what that call alone adds to the child's peak, whatever the import or the ordinary calls
-    held before it); "both" does the two in one call (where the parent can only read the child's whole-life peak).
+    (seeded.ordinary_sizes), in a fresh child (stages/growth.py: one per side, every length): the student's
+    fused_attention, or, for the baseline, F.scaled_dot_product_attention itself, on seeded.attention_inputs.
+    phase="prepare" imports the submission's module and makes the ordinary calls only; phase="call" then makes the
+    measured one, which the parent brackets (sandbox/per_call.py: what that call alone adds to the child's peak,
+    whatever the import or the ordinary calls held before it); "both" does the two in one call (where the parent
+    can only read the child's whole-life peak).
     Returns the output (the parent checks rows of it that it picks afterwards; the baseline returns its own, so what
     sending it back costs is on both sides), its shape and the SDPA calls seen (which only name the mistake: the
     peaks, measured outside at three lengths, decide: stages/growth.py)."""
@@ -355,8 +356,8 @@ _BUILT: dict = {}  # module_fused_memory_run's module, built by its "prepare" ca
 
 def module_fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *, seed=0, phase="both", pkg):
     """One causal forward of CausalSelfAttention(H * d_head, H, fused=True) on x [B, T, H * d_head] (the shape drawn
-    from the grade's seed: seeded.fused_shape), after 1 to 3 ordinary ones of 8 to 64 tokens, in a fresh child that
-    ends after it; for the baseline, the same projections around F.scaled_dot_product_attention itself, none of the
+    from the grade's seed: seeded.fused_shape), after 1 to 3 ordinary ones of 8 to 64 tokens, in a fresh child (as
+    fused_memory_run's); for the baseline, the same projections around F.scaled_dot_product_attention itself, none of the
     submission. The phases are fused_memory_run's: "prepare" builds the module (whatever buffers it keeps are not the
     call's) and makes the ordinary calls. Returns the output (checked by the parent at rows it picks afterwards; the
     baseline returns its own too), its shape and the SDPA calls seen (which only name the mistake: the peaks,

@@ -41,15 +41,18 @@ _INPUTS: dict = {}  # tiled_memory_run's inputs, drawn by its "prepare" call for
 
 
 def tiled_memory_run(n, d=16, block=64, baseline=False, *, seed=0, phase="both", pkg):
-    """One causal tiled call at n = n_q = n_k, after 1 to 3 ordinary ones of 8 to 64 rows, in a fresh child that ends
-    after it; for the baseline, the same inputs and no call. The phases are drivers.fused_memory_run's: "prepare"
-    imports the submission's module and makes the ordinary calls, "call" the measured one, which the parent
+    """One causal tiled call at n = n_q = n_k, after 1 to 3 ordinary ones of 8 to 64 rows, in a fresh child (as
+    drivers.fused_memory_run's); for the baseline, the same inputs and no call. The phases are
+    drivers.fused_memory_run's: "prepare" imports the submission's module and makes the ordinary calls, "call" the
+    measured one, which the parent
     brackets (what it alone adds to the child's peak). Returns {"shape", "out"}: the output, which the parent checks
     at rows it picks afterwards (the peak, measured outside, decides the memory; stages/growth.py compares it at
     three lengths)."""
     tiled = None if baseline else _mod(pkg, "tiled").tiled_attention
     if phase != "call" or (n, d, seed) not in _INPUTS:
-        # the inputs first, on both sides (drawing them loads numpy's random module: not the call's memory)
+        # the inputs first, on both sides (drawing them loads numpy's random module: not the call's memory); a
+        # shorter length's, measured before in the same child, are let go
+        _INPUTS.clear()
         _INPUTS[(n, d, seed)] = seeded.attention_inputs(n, d, seed, np.float64)
         if tiled is not None:
             for m in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first

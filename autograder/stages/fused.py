@@ -296,8 +296,8 @@ def no_quadratic_memory(api, ctx):
     """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
     from the grade's seed"""
     shape = B, H, D = seeded.fused_shape(ctx.seed)
-    # each length's call run alone in a fresh child, beside a child that made the same call with
-    # F.scaled_dot_product_attention itself: the peaks the kernel counted, read by the grader (stages/growth.py)
+    # each length's call counted alone, beside a child that made the same calls with
+    # F.scaled_dot_product_attention itself: what the kernel counted, read by the grader (stages/growth.py)
     sizes = seeded.growth_sizes(*seeded.FUSED_RANGE, ctx.seed)
     runs = growth.measure(api, "fused_memory_run", sizes, shape, ctx.seed)
     for (r, _, _), T in zip(runs, sizes):

@@ -1,10 +1,13 @@
-"""A memory rule judged by growth: one call measured at three lengths drawn from the grade's seed, each in a fresh
-child beside a baseline child (the grader's own code on the same inputs), both peaks the kernel's, read by the
-grader when it reaps them (sandbox.Worker.measure). Whatever a child holds at every length (the interpreter, the
+"""A memory rule judged by growth: one call measured at three lengths drawn from the grade's seed, beside a baseline
+(the grader's own code on the same inputs), each call counted alone by the grader from outside its child
+(sandbox/per_call.py): one child per side makes every length's call, shortest first (one_child); where this
+system cannot count one call alone, each length runs in a fresh child of its own and the kernel's whole-life
+peaks, read when it reaps them, are compared. Whatever a child holds at every length (the interpreter, the
 libraries, a buffer built once) cancels in the comparison; what the call adds at each length is compared with
 the memory of its own tensors, which grows with T * d. A call that keeps no T x T matrix grows about 2x when T
 doubles, one that keeps one about 4x, and one that changes its algorithm at some length shows the change."""
 import math
+import os
 from dataclasses import dataclass
 
 from .. import messages as say
@@ -121,13 +124,27 @@ def _calls(fn, n: int, rest: tuple, seed: int, baseline: bool) -> list:
             (fn.target, args, {"seed": seed, "phase": "call"}, True)]
 
 
-def _key(name: str, n: int, seed: int, baseline: bool) -> str:
+def _key(name: str, n, seed: int, baseline: bool) -> str:
     return f"growth:{name}:{n}:{seed}:{'baseline' if baseline else 'student'}"
 
 
+def _every_length(fn, sizes, rest: tuple, seed: int, baseline: bool) -> list:
+    """Each length's start and measured call, shortest first, for one child: every measured call counted alone."""
+    return [c for n in sizes for c in _calls(fn, n, rest, seed, baseline)]
+
+
+def one_child() -> bool:
+    """Whether each side's lengths are measured in one child: where this system counts one call alone (Linux's
+    /proc: sandbox/per_call.py), what a call adds does not depend on the calls before it (its high-water mark is
+    reset and its pages' referenced bits cleared just before it; allocations past 128 KiB go back to the system
+    when freed: launchers.FIXED_ALLOCATOR), so one child per side does what one per length did, at a third of the
+    children. Elsewhere the whole-life peak is all there is: a child per length."""
+    return os.path.exists("/proc/self/clear_refs")
+
+
 def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
-    """Start the student's and the baseline's children of every length now (Worker.measure_calls_soon), beside the
-    stage's other checks; measure() takes their results. Not in a memory-limited container (one at a time)."""
+    """Start the student's and the baseline's children now (Worker.measure_calls_soon), beside the stage's other
+    checks; measure() takes their results. Not in a memory-limited container (one at a time)."""
     from . import FUNCTIONS
 
     soon = getattr(api.worker, "measure_calls_soon", None)
@@ -135,8 +152,12 @@ def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
         return
     fn = FUNCTIONS[name]
     loads = _loads(api, fn.reads)
-    for n in sizes:
-        for baseline in (False, True):
+    for baseline in (False, True):
+        if one_child():
+            soon(_key(name, tuple(sizes), seed, baseline), _every_length(fn, sizes, rest, seed, baseline), timeout=60,
+                 loads=loads)
+            continue
+        for n in sizes:
             soon(_key(name, n, seed, baseline), _calls(fn, n, rest, seed, baseline), timeout=60, loads=loads)
 
 
@@ -162,6 +183,10 @@ def measure(api, name: str, sizes, rest: tuple, seed: int, baseline: bool = True
     fn = FUNCTIONS[name]
     loads = _loads(api, fn.reads)
     api.called.append(name)
+    if one_child():
+        found = _in_one_child(api, fn, name, sizes, rest, seed, loads, baseline)
+        if found is not None:
+            return found
     found = []
     for n in sizes:
         value, call, whole = _one(api, fn, name, n, rest, seed, loads, False)
@@ -174,6 +199,24 @@ def measure(api, name: str, sizes, rest: tuple, seed: int, baseline: bool = True
         else:
             found.append((value, None if whole is None or base_whole is None else whole - base_whole, whole))
     return found
+
+
+def _in_one_child(api, fn, name: str, sizes, rest: tuple, seed: int, loads: tuple, baseline: bool) -> list | None:
+    """measure()'s answer from one child per side (one_child), or None where a call was not counted alone after
+    all (clear_refs refused): then a child per length decides, whole lives compared."""
+    sides = {}
+    for side in (False, True) if baseline else (False,):
+        results, _, _ = api.worker.measure_calls(_every_length(fn, sizes, rest, seed, side), timeout=60, loads=loads,
+                                                 key=_key(name, tuple(sizes), seed, side))
+        measured = results[1::2]  # each length's measured call, after its start
+        if len(measured) != len(sizes) or any(cost is None or cost.memory_bytes is None for _, cost in measured):
+            return None
+        sides[side] = measured
+    student = sides[False]
+    if not baseline:
+        return [(value, None, cost.memory_bytes) for value, cost in student]
+    return [(value, cost.memory_bytes - base.memory_bytes, cost.memory_bytes)
+            for (value, cost), (_, base) in zip(student, sides[True])]
 
 
 def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label: str = "T") -> tuple:

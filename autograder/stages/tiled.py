@@ -121,8 +121,8 @@ def tiled_large_scores(api, ctx):
 def tiled_memory_linear(api, ctx):
     """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
     the grade's seed"""
-    # each length's call run alone in a fresh child, beside a child that built the same inputs without calling:
-    # the peaks the kernel counted, read by the grader (stages/growth.py)
+    # each length's call counted alone, beside a child that built the same inputs without calling: what the
+    # kernel counted, read by the grader (stages/growth.py)
     sizes = seeded.growth_sizes(LOW, HIGH, ctx.seed)
     block, d = seeded.tiled_shape(ctx.seed)
     runs = growth.measure(api, "tiled_memory_run", sizes, (d, block), ctx.seed)
