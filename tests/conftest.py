@@ -314,7 +314,9 @@ def fresh_venv(path: Path, requirements: list[str], cwd: Path) -> Path:
         path = Path(os.environ["ATTN_TEST_VENVS"]) / hashlib.sha256(others.encode()).hexdigest()[:12]
     else:  # pip writes a gigabyte or more: in memory where there is room, removed after the test
         path = scratch(path.parent) / path.name
-    pip = [str(path / "bin" / "pip"), "install", "--quiet"]
+    # --no-compile: pip's bytecode of every file it installs (torch's, jupyter's) was most of its CPU time; the
+    # modules a run imports are compiled then, and written once there (clean_env lets them be written)
+    pip = [str(path / "bin" / "pip"), "install", "--quiet", "--no-compile"]
     if (path / "bin" / "python").exists():
         cmd = [*pip, "--no-deps", "--force-reinstall", *wheels]
     else:
@@ -330,7 +332,7 @@ def clean_env(venv: Path) -> dict:
     """The environment of a machine where the kit is only installed: no PYTHONPATH, the venv first on PATH."""
     import os
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")}
     env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
     return env
 
