@@ -433,6 +433,7 @@ def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monke
     for name, text in (("correct", None), ("square", _fused_body(HAND_FUSED))):
         for one in (True, False):
             monkeypatch.setattr(growth, "one_child", lambda one=one: one)
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"cache-{name}-{one}"))  # no baseline kept yet
             m = _Measurer(_submission(tmp_path, f"{name}{one}", {"fused.py": text} if text else {}), torch=True)
             children.clear()
             try:
@@ -444,3 +445,32 @@ def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monke
     assert why_one is None and why_per is None, (growth.describe(one), growth.describe(per))
     assert all(abs(a - b) < 2**20 for a, b in zip(one.added, per.added)), (one.added, per.added)
     assert found["square", True][1] and found["square", False][1]
+
+
+def test_a_baseline_counted_alone_is_kept_for_the_next_grade(tmp_path, monkeypatch):
+    """The baseline's counts (the grader's own call, counted alone at each length) are kept between grades where no
+    child can rewrite them (common._baseline_file): the next grade of the same rule runs the student's child only,
+    with the same verdict; another seed is another key."""
+    if not growth.one_child():
+        pytest.skip("this system cannot count one call alone: every length has a child of its own, nothing is kept")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    children = []
+    counted = Worker._in_fresh_child
+
+    def counting(self, target, run, loads=()):
+        children.append(target)
+        return counted(self, target, run, loads)
+
+    monkeypatch.setattr(Worker, "_in_fresh_child", counting)
+    m = _Measurer(SOLUTIONS, torch=False)
+    try:
+        counts = []
+        for seed in (0, 0, 1):
+            children.clear()
+            g, why = _tiled_growth(m, seed)
+            assert why is None, growth.describe(g, "n")
+            counts.append(len(children))
+    finally:
+        m.close()
+    assert counts == [2, 1, 2], counts
+    assert len(list((tmp_path / "cache" / "attention-kit").glob("growth-*"))) == 6  # 3 lengths, 2 seeds

@@ -457,10 +457,15 @@ def _saved_baseline(key: tuple) -> int | None:
 
 
 def _save_baseline(key: tuple, value: int | None) -> None:
+    import os
+    import threading
+
     try:
         path = _baseline_file(key)
         if path and value is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(str(value))
+            part = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")  # whole or none: grades in parallel
+            part.write_text(str(value))
+            os.replace(part, path)
     except OSError:
         pass

@@ -6,13 +6,16 @@ peaks, read when it reaps them, are compared. Whatever a child holds at every le
 libraries, a buffer built once) cancels in the comparison; what the call adds at each length is compared with
 the memory of its own tensors, which grows with T * d. A call that keeps no T x T matrix grows about 2x when T
 doubles, one that keeps one about 4x, and one that changes its algorithm at some length shows the change."""
+import functools
+import hashlib
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import messages as say
 from ..child.policy import container_memory
-from .common import imported_libraries, worker_snapshot
+from .common import _save_baseline, _saved_baseline, imported_libraries, worker_snapshot
 
 MAX_GROWTH = 2.8  # per doubling of the length: 2x is linear (exponent 1), 4x quadratic (exponent 2)
 MIN_GROWTH = 0.9  # below it the memory fell while the length grew: a T x T matrix at the shorter length only
@@ -142,6 +145,31 @@ def one_child() -> bool:
     return os.path.exists("/proc/self/clear_refs")
 
 
+@functools.cache
+def _counting_code() -> str:
+    """A digest of the code that decides what a baseline's call counts (how it is run here and counted outside)."""
+    here = Path(__file__).resolve().parent
+    return hashlib.sha256((here / "growth.py").read_bytes() + (here.parent / "sandbox" / "per_call.py").read_bytes()
+                          ).hexdigest()[:16]
+
+
+def _kept_key(api, name: str, n: int, rest: tuple, seed: int, loads: tuple) -> tuple:
+    """What a baseline call's count depends on: the call, its inputs, how its child starts (forked, from a server
+    holding torch or numpy alone), the preloads, and the code that counts it (common._baseline_file adds the
+    interpreter, torch and the drivers' code)."""
+    launcher = api.worker.launcher
+    return ("growth", name, n, tuple(rest), seed, tuple(loads), getattr(launcher, "forks", False),
+            getattr(launcher, "torch", None), _counting_code())
+
+
+def _kept(api, name: str, sizes, rest: tuple, seed: int, loads: tuple) -> list[int] | None:
+    """The baseline's count at every length, kept from an earlier grade (the grader's own code on the same inputs
+    counts the same: one torch child less per rule), or None. Kept only where no child can rewrite it
+    (common._baseline_file) and only counts of one call alone (one_child)."""
+    found = [_saved_baseline(_kept_key(api, name, n, rest, seed, loads)) for n in sizes]
+    return None if any(v is None for v in found) else found
+
+
 def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
     """Start the student's and the baseline's children now (Worker.measure_calls_soon), beside the stage's other
     checks; measure() takes their results. Not in a memory-limited container (one at a time)."""
@@ -153,6 +181,8 @@ def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
     fn = FUNCTIONS[name]
     loads = _loads(api, fn.reads)
     for baseline in (False, True):
+        if one_child() and baseline and _kept(api, name, sizes, rest, seed, loads) is not None:
+            continue
         if one_child():
             soon(_key(name, tuple(sizes), seed, baseline), _every_length(fn, sizes, rest, seed, baseline), timeout=60,
                  loads=loads)
@@ -205,18 +235,22 @@ def _in_one_child(api, fn, name: str, sizes, rest: tuple, seed: int, loads: tupl
     """measure()'s answer from one child per side (one_child), or None where a call was not counted alone after
     all (clear_refs refused): then a child per length decides, whole lives compared."""
     sides = {}
-    for side in (False, True) if baseline else (False,):
+    kept = _kept(api, name, sizes, rest, seed, loads) if baseline else None
+    for side in (False, True) if baseline and kept is None else (False,):
         results, _, _ = api.worker.measure_calls(_every_length(fn, sizes, rest, seed, side), timeout=60, loads=loads,
                                                  key=_key(name, tuple(sizes), seed, side))
         measured = results[1::2]  # each length's measured call, after its start
         if len(measured) != len(sizes) or any(cost is None or cost.memory_bytes is None for _, cost in measured):
             return None
-        sides[side] = measured
+        sides[side] = [(value, cost.memory_bytes) for value, cost in measured]
     student = sides[False]
     if not baseline:
-        return [(value, None, cost.memory_bytes) for value, cost in student]
-    return [(value, cost.memory_bytes - base.memory_bytes, cost.memory_bytes)
-            for (value, cost), (_, base) in zip(student, sides[True])]
+        return [(value, None, used) for value, used in student]
+    if kept is None:
+        kept = [used for _, used in sides[True]]
+        for n, used in zip(sizes, kept):
+            _save_baseline(_kept_key(api, name, n, rest, seed, loads), used)
+    return [(value, used - base, used) for (value, used), base in zip(student, kept)]
 
 
 def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label: str = "T") -> tuple:
