@@ -470,7 +470,16 @@ def test_a_baseline_counted_alone_is_kept_for_the_next_grade(tmp_path, monkeypat
             g, why = _tiled_growth(m, seed)
             assert why is None, growth.describe(g, "n")
             counts.append(len(children))
+        assert counts == [2, 1, 2], counts
+        assert len(list((tmp_path / "cache" / "attention-kit").glob("growth-*"))) == 6  # 3 lengths, 2 seeds
+        # where a child could reach the user's cache (no namespaces, no user of its own), nothing is kept or read
+        monkeypatch.setattr(growth.launchers, "contained", lambda: False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "open"))
+        counts.clear()
+        for seed in (0, 0):
+            children.clear()
+            assert _tiled_growth(m, seed)[1] is None
+            counts.append(len(children))
+        assert counts == [2, 2] and not (tmp_path / "open").exists(), counts
     finally:
         m.close()
-    assert counts == [2, 1, 2], counts
-    assert len(list((tmp_path / "cache" / "attention-kit").glob("growth-*"))) == 6  # 3 lengths, 2 seeds

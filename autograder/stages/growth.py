@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import messages as say
 from ..child.policy import container_memory
+from ..sandbox import launchers
 from .common import _save_baseline, _saved_baseline, imported_libraries, worker_snapshot
 
 MAX_GROWTH = 2.8  # per doubling of the length: 2x is linear (exponent 1), 4x quadratic (exponent 2)
@@ -166,8 +167,16 @@ def _kept(api, name: str, sizes, rest: tuple, seed: int, loads: tuple) -> list[i
     """The baseline's count at every length, kept from an earlier grade (the grader's own code on the same inputs
     counts the same: one torch child less per rule), or None. Kept only where no child can rewrite it
     (common._baseline_file) and only counts of one call alone (one_child)."""
+    if not kept_here():
+        return None
     found = [_saved_baseline(_kept_key(api, name, n, rest, seed, loads)) for n in sizes]
     return None if any(v is None for v in found) else found
+
+
+def kept_here() -> bool:
+    """Whether baselines are kept here: only where every child is contained (namespaces, or a user of its own), so
+    none can reach the user's cache, whoever runs the grade (common._baseline_file also refuses root in plain view)."""
+    return launchers.contained()
 
 
 def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
@@ -248,7 +257,7 @@ def _in_one_child(api, fn, name: str, sizes, rest: tuple, seed: int, loads: tupl
         return [(value, None, used) for value, used in student]
     if kept is None:
         kept = [used for _, used in sides[True]]
-        for n, used in zip(sizes, kept):
+        for n, used in zip(sizes, kept) if kept_here() else ():
             _save_baseline(_kept_key(api, name, n, rest, seed, loads), used)
     return [(value, used - base, used) for (value, used), base in zip(student, kept)]
 
