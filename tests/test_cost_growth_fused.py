@@ -417,10 +417,8 @@ def test_code_cheap_at_one_drawn_shape_loses_wherever_another_is_drawn(tmp_path,
     assert set(kept) <= set(drawn) and len(kept) <= 4, (kept, drawn)
 
 
-def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monkeypatch):
-    """Where one call is counted alone (Linux's /proc), each side's three lengths run in one child (growth.one_child:
-    2 children where 6 were): the correct call's additions stay within a MiB of the per-length ones and keep the
-    rule, and the T x T call breaks it either way (the per-length way is what a system without /proc still uses)."""
+def fresh_children(monkeypatch) -> list:
+    """The targets of the fresh children every Worker starts from now on, in order (cleared by the caller)."""
     children = []
     counted = Worker._in_fresh_child
 
@@ -429,6 +427,14 @@ def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monke
         return counted(self, target, run, loads)
 
     monkeypatch.setattr(Worker, "_in_fresh_child", counting)
+    return children
+
+
+def test_one_child_per_side_measures_what_a_child_per_length_did(tmp_path, monkeypatch):
+    """Where one call is counted alone (Linux's /proc), each side's three lengths run in one child (growth.one_child:
+    2 children where 6 were): the correct call's additions stay within a MiB of the per-length ones and keep the
+    rule, and the T x T call breaks it either way (the per-length way is what a system without /proc still uses)."""
+    children = fresh_children(monkeypatch)
     found = {}
     for name, text in (("correct", None), ("square", _fused_body(HAND_FUSED))):
         for one in (True, False):
@@ -454,14 +460,7 @@ def test_a_baseline_counted_alone_is_kept_for_the_next_grade(tmp_path, monkeypat
     if not growth.one_child():
         pytest.skip("this system cannot count one call alone: every length has a child of its own, nothing is kept")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    children = []
-    counted = Worker._in_fresh_child
-
-    def counting(self, target, run, loads=()):
-        children.append(target)
-        return counted(self, target, run, loads)
-
-    monkeypatch.setattr(Worker, "_in_fresh_child", counting)
+    children = fresh_children(monkeypatch)
     m = _Measurer(SOLUTIONS, torch=False)
     try:
         counts = []
