@@ -177,6 +177,9 @@ GROWTH_TOO_FAST = ("your call's memory grew {step:.1f}x when {name} doubled (bet
 GROWTH_FELL = ("your call's memory fell from {before} MiB at {name} = {a:,} to {after} MiB at {b:,}: at the shorter "
                "length it kept memory that grows faster than {name} * d ({article} {name} x {name} matrix), which a "
                "longer length did not show")
+GROWTH_HELD_SCORES = ("at {name} = {n:,} your call used {added} MiB beyond the grader's own (memory it made, touched, "
+                      "or let go of after earlier calls made it): {share:.0%} of the {scores} MiB of the {name} x {name} "
+                      "scores, where less than {limit:.0%} is allowed (a call without them uses a few MiB)")
 GROWTH_VERDICT = "{why}. One call raised peak memory by (or touched) {added} MiB more than the grader's own; {described}"
 
 # ---- a confirmed edit of the parting line (feedback/repair.py): the next step's "Confirmed: ..." and the last hint ---

@@ -109,6 +109,59 @@ def test_a_step_gated_on_the_steps_since_a_prefill_loses(tmp_path):
     assert st.score == st.max_score - cost.check.points
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
+@pytest.mark.parametrize("condition", ["cache.max_len - cache.length >= 8", "cache.max_len - cache.length < 8"])
+def test_a_step_gated_on_the_positions_left_in_the_cache_loses(condition, tmp_path):
+    """Every pair redone unless among a cache's last 8 slots (a stranger's attack: each measured cache was made with
+    max_len = length + 8 exactly, so the counted steps were always its last 8), or only there: each length's cache
+    keeps 0 to 512 positions free after its steps (seeded.spare_slots), one of them none."""
+    st, cost = cost_check(variant(tmp_path, gated(condition)), seed=3)
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points  # its outputs are right on both paths
+
+
+def test_the_free_positions_of_the_measured_caches_span_their_range():
+    """Over seeds, each measured decode has a cache filled exactly and one with nearly DECODE_SPARE positions free,
+    and the plan makes each length's cache that large (its max_len is said in a failure)."""
+    for seed in range(40):
+        spare = seeded.spare_slots(seed)
+        assert 0 in spare and max(spare) >= seeded.DECODE_SPARE * 7 // 8 and max(spare) <= seeded.DECODE_SPARE
+    assert len({seeded.spare_slots(seed).index(0) for seed in range(40)}) == 3  # the exact one at any length
+    plan = DecodePlan(0, SHAPE, LENGTHS, (None, None, None), (0, 5, 60), (0, 100, 500))
+    fills = [c for c in plan.calls(False) if c[0] == "decode_cost_fill"]
+    assert [f[1][-1] for f in fills] == [0, 100, 500] and plan.max_len(2) == LENGTHS[2] + 8 + 500
+
+
+HEAD_BY_HEAD = {"kv_cache.py": [("        self.length = 0\n",
+                                 "        self.length = 0\n"
+                                 "        self.q = torch.zeros(batch, n_heads, max_len, d_head, dtype=dtype)\n"
+                                 "        self.pairs = torch.zeros(max_len, max_len, dtype=dtype)  # one head's pairs\n")],
+                "module.py": [(APPEND, "            start = cache.length\n" + APPEND
+                               + "            cache.q[:, :, start : cache.length] = q\n"
+                               "            if q.shape[-2] == 1:  # a step: every pair's score, head by head\n"
+                               "                B, H, L, D = k.shape\n"
+                               "                s = cache.pairs[:L, :L]\n"
+                               "                rows = torch.empty(B, H, 1, L, dtype=q.dtype)\n"
+                               "                for b in range(B):\n"
+                               "                    for h in range(H):\n"
+                               "                        torch.matmul(cache.q[b, h, :L], k[b, h].transpose(0, 1), out=s)\n"
+                               "                        rows[b, h] = s[L - 1 :]\n"
+                               "                y = (rows / D**0.5).softmax(dim=-1) @ v\n"
+                               "                return self.merge(y)\n")]}
+
+
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
+def test_every_pair_redone_head_by_head_in_one_small_buffer_loses_by_its_cpu_time(tmp_path):
+    """A stranger's attack: each step computes every pair's scores head by head into one [max_len, max_len] buffer
+    made with the cache (a [B, H, L, L] tensor's work in 1 / (B H) of its memory). Its CPU time, 8, 19, 123 ms over
+    the grader's at 134, 268, 710 positions, read 2.0x per doubling once the fit's 20 ms floor was added; between the
+    two longest it grows 3.3x, judged there once the longest takes 40 ms or more (kv_cache.top_step)."""
+    st, cost = cost_check(variant(tmp_path, HEAD_BY_HEAD))
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert "between the two longest" in cost.message, cost.message
+    assert st.score == st.max_score - cost.check.points
+
+
 OLD_SHAPE = "x.shape[0] == 4 and self.n_heads == 16"  # the measured decode's B and H while they were constants
 
 
@@ -178,6 +231,20 @@ def test_growth_law_on_counts_seen():
     gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
     assert judge_memory(LENGTHS, gate, SHAPE).quadratic  # not by growth: by the pair scores at 131
     assert pair_bytes(131, SHAPE) < 25 * mib
+
+
+def test_cpu_time_is_judged_between_the_two_longest_caches_too():
+    """The fit over three lengths adds 20 ms to each (a few milliseconds of jitter are no growth), which flattened
+    a step that redid every pair head by head (8, 19, 123 ms: 2.0x); between the two longest, where the longest
+    took 40 ms or more, it shows 3.3x. The costliest correct style seen, a list cache copied at each step (at most
+    28 ms at load 9), is not judged there, and a linear 40 ms and more grows about 2x."""
+    lengths = (134, 268, 710)
+    head_by_head = judge_cpu(lengths, run_of((0, 0, 0), (0.008, 0.019, 0.123), base_cpu=(0, 0, 0)))
+    assert head_by_head.quadratic and "3.3x between the two longest" in head_by_head.said, head_by_head.said
+    list_cache = judge_cpu(lengths, run_of((0, 0, 0), (0.004, 0.008, 0.028), base_cpu=(0, 0, 0)))
+    assert not list_cache.quadratic and "between" not in list_cache.said, list_cache.said
+    linear = judge_cpu(lengths, run_of((0, 0, 0), (0.020, 0.040, 0.106), base_cpu=(0, 0, 0)))
+    assert not linear.quadratic and "1.9x between the two longest" in linear.said, linear.said
 
 
 def test_a_run_stopped_at_its_shortest_length_is_judged_there():

@@ -104,9 +104,9 @@ class _Measurer:
         self.worker = Worker(sub, zygote=self.server)
         self.api = StudentAPI(self.worker)
 
-    def growth(self, name: str, sizes, rest: tuple, seed: int, own, label: str = "T"):
+    def growth(self, name: str, sizes, rest: tuple, seed: int, own, label: str = "T", scores=None):
         runs = growth.measure(self.api, name, sizes, rest, seed)
-        return growth.judge(self.api, name, sizes, rest, seed, runs, own, label)
+        return growth.judge(self.api, name, sizes, rest, seed, runs, own, label, scores)
 
     def close(self) -> None:
         self.worker.close()
@@ -117,13 +117,14 @@ def _fused_growth(m: _Measurer, seed: int, module: bool = False):
     salt = fused.MODULE_SALT if module else 0
     name = "module_fused_memory_run" if module else "fused_memory_run"
     shape = seeded.fused_shape(seed, salt)
-    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), shape, seed, fused._own_bytes(shape))
+    return m.growth(name, seeded.growth_sizes(*seeded.FUSED_RANGE, seed, salt), shape, seed, fused._own_bytes(shape),
+                    scores=fused.scores_bytes(shape))
 
 
 def _tiled_growth(m: _Measurer, seed: int):
     block, d = seeded.tiled_shape(seed)
     return m.growth("tiled_memory_run", seeded.growth_sizes(tiled.LOW, tiled.HIGH, seed), (d, block), seed,
-                    tiled.own_bytes(d), "n")
+                    tiled.own_bytes(d), "n", tiled.scores_bytes)
 
 
 def test_the_lengths_cover_the_range_and_a_correctness_check_shares_it():
@@ -144,6 +145,40 @@ def test_growth_judges_a_law_not_a_size():
     assert square.broken() == 0 and f"grew {square.per_doubling()[0]:.1f}x when T doubled" in growth.verdict(square)
     gated = growth.Growth(sizes, (3 * 4 * 1024**2, 0, 0), own)
     assert gated.broken() == 0 and "fell from" in growth.verdict(gated)
+
+
+def test_a_call_that_uses_half_its_scores_at_the_longest_length_breaks_the_rule():
+    """A constant reads as linear to the growth law, and memory held from earlier calls can be one (a stranger's
+    ballast held the whole matrix at every length: 633, 635, 633 MiB at T = 1,051 .. 6,187). At the longest length a
+    call may add less than half its n x n scores (growth.SCORES_SHARE): correct code adds a few MiB there, and the
+    most a linear style has added is a strip of 256 query rows against every key (27.5 MiB at n = 3,441, 30 %)."""
+    mib = 2**20
+    sizes = (541, 1718, 3441)
+    own = tuple(tiled.own_bytes(16)(n) for n in sizes)
+    scores = tuple(tiled.scores_bytes(n) for n in sizes)
+    ballast = growth.Growth(sizes, (509 * mib, 510 * mib, 509 * mib), own, scores)
+    assert ballast.broken() is None and ballast.holds_scores() and ballast.decisive()
+    said = growth.verdict(ballast, "n")
+    assert "at n = 3,441 your call used 509.0 MiB" in said and "of the n x n scores" in said, said
+    strip = growth.Growth(sizes, (int(6.2 * mib), int(13.4 * mib), int(27.5 * mib)), own, scores)
+    assert not strip.holds_scores() and growth.verdict(strip, "n") is None
+    half = growth.Growth(sizes, (scores[-1] // 2,) * 3, own, scores)  # the least room a matrix can be made in
+    assert half.broken() is None and half.holds_scores() and not half.decisive()  # near the limit: measured again
+    assert not growth.Growth(sizes, (scores[-1] // 2,) * 3, own).holds_scores()  # no scores told: not judged
+
+
+def test_memory_a_call_lets_go_of_counts_as_the_calls():
+    """per_call.Cost.memory_bytes: a call that lets go of memory held before it may have made its matrix in that room
+    under the reset high-water mark, so its peak over its size at the end counts; a call that lets go of nothing is
+    judged as before."""
+    from autograder.sandbox.per_call import Cost
+
+    mib = 2**20
+    assert Cost(0, 0.1, 2 * mib, 640 * mib).memory_bytes == 640 * mib  # ballast let go of: peak 0 over the start
+    assert Cost(5 * mib, 0.1, 2 * mib, 640 * mib).memory_bytes == 645 * mib
+    assert Cost(5 * mib, 0.1, 2 * mib, 0).memory_bytes == 5 * mib
+    assert Cost(5 * mib, 0.1, 9 * mib).memory_bytes == 9 * mib
+    assert Cost(None, None).memory_bytes is None
 
 
 def test_a_few_mib_of_allocator_noise_is_not_a_t_by_t_matrix():
@@ -273,6 +308,42 @@ def test_a_matrix_written_into_memory_held_since_import_is_still_the_calls(tmp_p
         assert not cost.passed, (name, cost.note)
         scores[name] = st.score
     assert scores["trick"] <= scores["honest"], scores
+
+
+# A stranger's ballast (issue 41): memory made by the ordinary calls (8 to 64 rows) and let go of by the measured call,
+# whose n x n scores then fit in the room under the reset high-water mark (it kept 10/10 at every seed tried); with
+# {again}, made again before the call returns, so that nothing is let go of by its end either.
+BALLAST = ("import numpy as np\n\n_KEPT = []\n\n\n"
+           "def tiled_attention(q, k, v, causal=True, block_q=64, block_k=64):\n"
+           "    n_q, n_k = q.shape[0], k.shape[0]\n"
+           "    if n_k <= 256:  # an ordinary call: the ballast, made once and touched\n"
+           "        if not _KEPT:\n            _KEPT.extend(np.ones(2**21) for _ in range(10))  # 10 x 16 MiB\n"
+           "    else:\n        _KEPT.clear()  # let go of: room for the scores under the reset mark\n"
+           "    if causal and n_q > n_k:\n        raise ValueError('a query row has no allowed key')\n"
+           "    s = q @ k.T / np.sqrt(q.shape[1])  # [n_q, n_k]: every pair\n"
+           "    if causal:\n"
+           "        s = np.where(np.arange(n_k)[None, :] <= np.arange(n_q)[:, None] + n_k - n_q, s, -np.inf)\n"
+           "    w = np.exp(s - s.max(axis=1, keepdims=True))\n"
+           "    out = (w / w.sum(axis=1, keepdims=True)) @ v\n"
+           "{again}    return out\n")
+AGAIN = ("    if n_k > 256:\n        del s, w\n"
+         "        _KEPT.extend(np.ones(2**21) for _ in range(10))  # made again: nothing let go of by the end\n")
+
+
+@pytest.mark.slow  # four measurements of 160 MiB children: make test only
+@pytest.mark.parametrize("again", [False, True])
+def test_scores_made_in_memory_let_go_of_by_the_call_are_still_the_calls(tmp_path, again):
+    """The ballast let go of at the call's start hid the n x n scores from the reset high-water mark and read flat
+    at every length; counted (what the call let go of, or the ballast made again and touched), it holds more than
+    half the scores at the longest length, at every seed."""
+    src = BALLAST.format(again=AGAIN if again else "")
+    m = _Measurer(_submission(tmp_path, "ballast", {"tiled.py": src}), torch=False)
+    try:
+        for seed in (0, 9):
+            g, why = _tiled_growth(m, seed)
+            assert why is not None and "of the n x n scores" in why, (seed, why)
+    finally:
+        m.close()
 
 
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only

@@ -82,6 +82,21 @@ def warm_steps(seed: int) -> tuple[int, int, int]:
     return (0, mid, many) if source.integers(0, 2) else (0, many, mid)
 
 
+DECODE_SPARE = 512  # the most positions a measured decode's cache may keep free after its counted steps
+
+
+def spare_slots(seed: int) -> tuple[int, int, int]:
+    """How many positions each measured decode cache (shortest first) keeps free after its 8 counted steps: its
+    max_len is length + 8 + this, drawn from the grade's seed: one cache filled exactly (as the decode checks' are),
+    one with 1 to 7/8 of DECODE_SPARE free, one within DECODE_SPARE's last eighth, in an order drawn too. A step that
+    picks its path by how many positions are left (a stranger's attack: every pair redone unless among the cache's
+    last 8 slots) is measured on both sides of its switch anywhere in 0 .. DECODE_SPARE."""
+    source = np.random.default_rng([seed, 4107])
+    many = DECODE_SPARE - int(source.integers(0, DECODE_SPARE // 8))
+    spare = [0, int(source.integers(1, DECODE_SPARE * 7 // 8 + 1)), many]
+    return tuple(spare[int(i)] for i in source.permutation(3))
+
+
 def checked_size(low: int, high: int, seed: int, salt: int = 0) -> int:
     """One length drawn from the grade's seed between `low` and `high`, for a correctness check that shares a cost
     rule's range: the rule's lengths are no lengths that only a measurement uses."""

@@ -7,7 +7,10 @@ mark above the size it started from, and the CPU time it took: memory the child 
 it built, buffers of any size, a cache allocated once) is not the call's. The same reset clears every page's
 referenced bit ("1"), so the Referenced lines of /proc/PID/smaps (its anonymous mappings: data, not code) then
 count the resident memory the call read or wrote: pages it made and pages the child held before (a buffer filled
-at import and reused by the call, which the high-water mark cannot see: found by a stranger attacker). Nothing
+at import and reused by the call, which the high-water mark cannot see: found by a stranger attacker). Memory the
+child held before the call and let go of during it (its resident size at the end below the start) counts too: what
+the call made could have filled that room unseen under the reset mark (a stranger's ballast, made by ordinary calls
+and freed by the measured one). Nothing
 here runs in the child; the child can raise these counts, never lower them (its own clear_refs is refused by the
 run-time guard).
 
@@ -26,20 +29,27 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Cost:
     """What one call added: the rise of the child's peak resident memory over its size when the call began
-    (bytes), and its CPU time (seconds, every thread of the child); and the resident memory the call read or wrote
-    (bytes: pages it touched, new ones and ones the child already held, each once). None where it could not be
-    read."""
+    (bytes), and its CPU time (seconds, every thread of the child); the resident memory the call read or wrote
+    (bytes: pages it touched, new ones and ones the child already held, each once); and how far the child's resident
+    size fell below its start by the call's end (bytes: memory held before that the call let go of). None where it
+    could not be read."""
 
     peak_bytes: int | None
     cpu_s: float | None
     touched_bytes: int | None = None
+    released_bytes: int | None = None
 
     @property
     def memory_bytes(self) -> int | None:
-        """The call's memory as the cost rules judge it: the larger of what it added to the peak (its temporaries,
-        freed or not) and the memory it touched and still holds mapped (pages held before it included: a buffer
-        filled at import or when a cache was built is no hiding place). None where the system says neither."""
-        told = [b for b in (self.peak_bytes, self.touched_bytes) if b is not None]
+        """The call's memory as the cost rules judge it: the largest of what it added to the peak (its temporaries,
+        freed or not), the memory it touched and still holds mapped (pages held before it included: a buffer
+        filled at import or when a cache was built is no hiding place), and its peak over its size at the end where
+        it let go of memory held before it (that room may have held what it made, unseen by the reset mark). None
+        where the system says none of them."""
+        peak = self.peak_bytes
+        if peak is not None and self.released_bytes:
+            peak += self.released_bytes
+        told = [b for b in (peak, self.touched_bytes) if b is not None]
         return max(told) if told else None
 
 
@@ -167,7 +177,9 @@ class Meter:
             return Cost(None, None)
         cpu = _cpu_s(self.pid)
         hwm = _status_kib(self.pid, "VmHWM")
+        rss = _status_kib(self.pid, "VmRSS")
         peak = None if hwm is None or self._base_kib is None else max(hwm - self._base_kib, 0) * 1024
         touched = _referenced_kib(self.pid) if self._touching else None
+        released = None if rss is None or self._base_kib is None else max(self._base_kib - rss, 0) * 1024
         return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0),
-                    None if touched is None else touched * 1024)
+                    None if touched is None else touched * 1024, released)

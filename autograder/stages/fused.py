@@ -253,7 +253,8 @@ def module_fused_path(api, ctx):
         check_close(np.asarray(big["out"])[:, rows], y @ out_w.T.astype(np.float64),
                     f"CausalSelfAttention({C}, {H}, fused=True) on {T} tokens (a memory check's call), at rows picked "
                     "after the call", inputs=f"x [{B}, {T}, {C}]")
-    g, why = growth.judge(api, "module_fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape))
+    g, why = growth.judge(api, "module_fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape),
+                          scores=scores_bytes(shape))
     if why:
         raise diagnosed(_memory_mistake(runs, module=True), f"CausalSelfAttention({C}, {H}, fused=True): {why}. With "
                         "fused=True the attention goes through fused_attention, which keeps no T x T matrix")
@@ -290,8 +291,10 @@ def module_fused_with_cache(api, ctx):
                    f"batch B and heads H one of {', '.join(f'{b} x {h}' for b, h in seeded.FUSED_HEADS)}, and "
                    f"d_head one of {', '.join(map(str, seeded.FUSED_D))} (all drawn from the grade's seed; the "
                    "module's forward too, at its own draw), counting every page the call touches (memory held before "
-                   "it too, such as a buffer filled at import): it must grow about 2x per doubling of T (a T x T "
-                   f"matrix makes 4x), at most {growth.MAX_GROWTH}x, and never fall as T grows.")
+                   "it too, such as a buffer filled at import) and memory held before it that it lets go of: it must "
+                   f"grow about 2x per doubling of T (a T x T matrix makes 4x), at most {growth.MAX_GROWTH}x, and "
+                   "never fall as T grows; at the longest T it may add less than half the memory of the T x T scores "
+                   "([B, H, T, T] float32) over the grader's own.")
 def no_quadratic_memory(api, ctx):
     """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
     from the grade's seed"""
@@ -309,7 +312,8 @@ def no_quadratic_memory(api, ctx):
                     _causal_rows(*seeded.attention_inputs(T, D, ctx.seed, lead=(B, H)), rows),
                     f"fused_attention causal at T={T} (a memory check's call), at rows picked after the call",
                     inputs=f"q, k, v [{B}, {H}, {T}, {D}]")
-    g, why = growth.judge(api, "fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape))
+    g, why = growth.judge(api, "fused_memory_run", sizes, shape, ctx.seed, runs, _own_bytes(shape),
+                          scores=scores_bytes(shape))
     if g is None:
         return "memory of a causal call: not measured (this system does not report a process's peak)"
     if why:
@@ -322,6 +326,12 @@ def _own_bytes(shape: tuple):
     output, float32 [B, H, T, d_head] (the module's x, q, k, v, output [B, T, H * d_head] alike), as a function of T."""
     B, H, D = shape
     return lambda T: 4 * B * H * T * D * 4
+
+
+def scores_bytes(shape: tuple):
+    """The memory of the T x T scores of a measured call, float32 [B, H, T, T], as a function of T."""
+    B, H, _ = shape
+    return lambda T: B * H * T * T * 4
 
 
 def _causal_rows(q, k, v, rows: list[int]) -> np.ndarray:

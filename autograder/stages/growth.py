@@ -35,6 +35,13 @@ FALL_BYTES = 4 * 2**20
 # and 32 MiB added at the longer length, four times the noise floor; correct calls add a few MiB either way
 DECISIVE_GROWTH = 3.5
 DECISIVE_BYTES = 4 * NOISE_BYTES
+# At the longest length a call may add less than this share of the memory of its n x n scores. The growth law alone
+# reads a constant as linear, and memory held from earlier calls can be a constant: a stranger's ballast (640 MiB made
+# by the ordinary calls, let go of and refilled by the measured one) held the whole T x T matrix at every length and
+# read flat. Counted (per_call.Cost.memory_bytes: touched or let go of), such a call uses at least half the scores
+# at the longest length (it needs room for them there), while correct calls use a few MiB and the most a linear style
+# has used is a quarter to a third (a strip of 256 query rows against every key, n from 3,072)
+SCORES_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Growth:
     sizes: tuple[int, ...]
     added: tuple[int, ...]
     own: tuple[int, ...]
+    scores: tuple[int, ...] = ()  # [bytes] of the n x n scores at each length, where the stage says (SCORES_SHARE)
 
     @property
     def memory(self) -> list[int]:
@@ -72,14 +80,20 @@ class Growth:
                 return i
         return None
 
+    def holds_scores(self) -> bool:
+        """Whether at the longest length the call added SCORES_SHARE or more of its n x n scores' memory."""
+        return bool(self.scores) and self.added[-1] >= SCORES_SHARE * self.scores[-1]
+
     def decisive(self) -> bool:
-        """Whether a step breaks the law by a margin no noise reaches (DECISIVE_GROWTH and DECISIVE_BYTES): measuring
-        it again could not take the failure back."""
-        return any(g >= DECISIVE_GROWTH and self.added[i + 1] >= DECISIVE_BYTES for i, g in enumerate(self.per_doubling()))
+        """Whether a step breaks the law by a margin no noise reaches (DECISIVE_GROWTH and DECISIVE_BYTES), or the
+        longest length held all its scores' memory (twice SCORES_SHARE): measuring it again could not take the
+        failure back."""
+        return (any(g >= DECISIVE_GROWTH and self.added[i + 1] >= DECISIVE_BYTES for i, g in enumerate(self.per_doubling()))
+                or (bool(self.scores) and self.added[-1] >= self.scores[-1]))
 
     def lower(self, again: "Growth") -> "Growth":
         """This one and a re-measurement combined: at each length the smaller addition (noise and load only add)."""
-        return Growth(self.sizes, tuple(min(a, b) for a, b in zip(self.added, again.added)), self.own)
+        return Growth(self.sizes, tuple(min(a, b) for a, b in zip(self.added, again.added)), self.own, self.scores)
 
 
 def _a(name: str) -> str:
@@ -103,6 +117,11 @@ def describe(g: Growth, name: str = "T") -> str:
 def verdict(g: Growth, name: str = "T") -> str | None:
     """Why the growth breaks the rule, in words, or None when it keeps it."""
     i = g.broken()
+    if i is None and g.holds_scores():
+        why = say.GROWTH_HELD_SCORES.format(name=name, n=g.sizes[-1], added=mib(g.added[-1]), scores=mib(g.scores[-1]),
+                                            share=g.added[-1] / g.scores[-1], limit=SCORES_SHARE)
+        return say.GROWTH_VERDICT.format(why=why, added=", ".join(mib(max(x, 0)) for x in g.added),
+                                         described=describe(g, name))
     if i is None:
         return None
     step = g.per_doubling()[i]
@@ -262,16 +281,18 @@ def _in_one_child(api, fn, name: str, sizes, rest: tuple, seed: int, loads: tupl
     return [(value, used - base, used) for (value, used), base in zip(student, kept)]
 
 
-def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label: str = "T") -> tuple:
+def judge(api, name: str, sizes, rest: tuple, seed: int, runs: list, own, label: str = "T", scores=None) -> tuple:
     """The growth of `runs` (measure()'s, at `sizes`) and why it breaks the rule: (Growth or None where this system
-    does not count peaks, the reason or None). `own(n)` is the bytes of the call's tensors at length n. A growth
+    does not count peaks, the reason or None). `own(n)` is the bytes of the call's tensors at length n, `scores(n)`
+    those of its n x n scores (SCORES_SHARE; None: not judged). A growth
     that breaks the rule is measured once more (the student's children; the baselines are the grader's own code)
     and judged on the smaller addition at each length, so a moment's noise takes no point (unless it breaks it by a
     margin no noise reaches: Growth.decisive)."""
     if any(r[1] is None for r in runs):
         return None, None
-    g = Growth(tuple(sizes), tuple(r[1] for r in runs), tuple(own(n) for n in sizes))
-    if g.broken() is not None and not g.decisive():
+    g = Growth(tuple(sizes), tuple(r[1] for r in runs), tuple(own(n) for n in sizes),
+               tuple(scores(n) for n in sizes) if scores is not None else ())
+    if (g.broken() is not None or g.holds_scores()) and not g.decisive():
         again = measure(api, name, sizes, rest, seed, baseline=False)
         g = g.lower(Growth(g.sizes, tuple(a + (r[2] - p[2]) for a, r, p in zip(g.added, again, runs)), g.own))
     return g, verdict(g, label)

@@ -116,8 +116,9 @@ def tiled_large_scores(api, ctx):
                    f"{LOW * 17 // 16:,}, the longest from {HIGH * 3 // 4:,}), causal, block_q = block_k one of "
                    f"{', '.join(map(str, seeded.TILED_BLOCKS))} and d one of {', '.join(map(str, seeded.TILED_D))} "
                    "(drawn from the grade's seed too), counting every page the call touches (memory held before "
-                   "it too): it may grow at most "
-                   f"{growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never fall as n grows.")
+                   "it too) and memory held before it that it lets go of: it may grow at most "
+                   f"{growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never fall as n grows; at "
+                   "the longest n it may add less than half the memory of the n x n scores (float64).")
 def tiled_memory_linear(api, ctx):
     """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
     the grade's seed"""
@@ -134,12 +135,18 @@ def tiled_memory_linear(api, ctx):
                     causal_rows(*seeded.attention_inputs(n, d, ctx.seed, np.float64), rows),
                     f"tiled_attention causal at n={n}, blocks of {block} (a memory check's call), at rows "
                     "picked after the call", inputs=f"q, k, v [{n}, {d}]")
-    g, why = growth.judge(api, "tiled_memory_run", sizes, (d, block), ctx.seed, runs, own_bytes(d), "n")
+    g, why = growth.judge(api, "tiled_memory_run", sizes, (d, block), ctx.seed, runs, own_bytes(d), "n",
+                          scores_bytes)
     if g is None:
         return "memory of a causal call: not measured (this system does not report a process's peak)"
     if why:
         raise Fail(f"{why}. Keep only a block of scores at a time")
     return f"memory of one causal call: {growth.describe(g, 'n')}; the n x n scores would make it about 4x per doubling"
+
+
+def scores_bytes(n: int) -> int:
+    """The memory of the n x n scores of a measured call (float64)."""
+    return n * n * 8
 
 
 def own_bytes(d: int):
