@@ -87,14 +87,15 @@ DECODE_SPARE = 512  # the most positions a measured decode's cache may keep free
 
 def spare_slots(seed: int) -> tuple[int, int, int]:
     """How many positions each measured decode cache (shortest first) keeps free after its 8 counted steps: its
-    max_len is length + 8 + this, drawn from the grade's seed: one cache filled exactly (as the decode checks' are),
-    one with 1 to 7/8 of DECODE_SPARE free, one within DECODE_SPARE's last eighth, in an order drawn too. A step that
-    picks its path by how many positions are left (a stranger's attack: every pair redone unless among the cache's
-    last 8 slots) is measured on both sides of its switch anywhere in 0 .. DECODE_SPARE."""
+    max_len is length + 8 + this, drawn from the grade's seed: none at the shortest (filled exactly, as the decode
+    checks' caches are: a step that picks its path by the cache's max_len is measured from the range's start), and
+    for the other two, one count within DECODE_SPARE's last eighth and one below it, in an order drawn too. A step
+    that picks its path by how many positions are left (a stranger's attack: every pair redone unless among the
+    cache's last 8 slots) is measured on both sides of its switch anywhere in 0 .. DECODE_SPARE."""
     source = np.random.default_rng([seed, 4107])
     many = DECODE_SPARE - int(source.integers(0, DECODE_SPARE // 8))
-    spare = [0, int(source.integers(1, DECODE_SPARE * 7 // 8 + 1)), many]
-    return tuple(spare[int(i)] for i in source.permutation(3))
+    some = int(source.integers(0, DECODE_SPARE * 7 // 8))
+    return (0, some, many) if source.integers(0, 2) else (0, many, some)
 
 
 def checked_size(low: int, high: int, seed: int, salt: int = 0) -> int:
