@@ -120,6 +120,34 @@ def test_a_step_gated_on_the_positions_left_in_the_cache_loses(condition, tmp_pa
     assert st.score == st.max_score - cost.check.points  # its outputs are right on both paths
 
 
+@pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
+def test_a_step_gated_on_the_form_of_its_input_loses(tmp_path):
+    """A stranger's attack: every pair redone only for a contiguous x. The counted steps were slices of the new
+    tokens [B, S, C] (never contiguous at B >= 2) where the prefill's pieces were copies; every step now gets a tensor
+    of its own, as in any decode."""
+    st, cost = cost_check(variant(tmp_path, gated("x.is_contiguous()")), seed=3)
+    assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
+    assert st.score == st.max_score - cost.check.points
+
+
+WHOLE_BUFFER = ("            if not self.fused:  # gpt-fast: attend over all of max_len, hiding the slots past each query\n"
+                "                input_pos = torch.arange(cache.length - q.shape[-2], cache.length)  # [T]\n"
+                "                seen = torch.arange(cache.k.shape[2])[None, :] <= input_pos[:, None]  # [T, max_len]\n"
+                "                s = q @ cache.k.transpose(-2, -1) / q.shape[-1] ** 0.5  # [B, H, T, max_len]\n"
+                "                return self.merge(s.masked_fill(~seen, float('-inf')).softmax(-1) @ cache.v)\n")
+
+
+@pytest.mark.slow  # three seeds: make test only
+def test_steps_that_attend_over_the_whole_buffer_keep_the_rule(tmp_path):
+    """PyTorch's gpt-fast decodes over the cache's whole max_len (static shapes), the unfilled slots masked: its
+    work is linear in max_len. Found by a stranger, it lost the rule at 4 of 10 seeds while the shortest cache could
+    keep up to 512 positions free (5x its length: over half its pair scores); the shortest is filled exactly now."""
+    sub = variant(tmp_path, {"module.py": [(APPEND, APPEND + WHOLE_BUFFER)]})
+    for seed in (1, 4, 5):
+        st, cost = cost_check(sub, seed)
+        assert cost.passed and st.score == st.max_score, (seed, cost.message)
+
+
 def test_the_free_positions_of_the_measured_caches_span_their_range():
     """Over seeds, each measured decode has its shortest cache filled exactly (a gate on max_len near the range's
     start is measured there) and another with nearly DECODE_SPARE positions free, at either longer length, and the

@@ -346,6 +346,34 @@ def test_scores_made_in_memory_let_go_of_by_the_call_are_still_the_calls(tmp_pat
         m.close()
 
 
+# A stranger's attacks on how the measured calls were handed their inputs: the whole matrix unless the tensors lay on
+# numpy's memory (which cannot be resized: torch.from_numpy), or unless earlier calls had been handed views of the
+# same arrays (the ordinary calls were prefixes of the measured call's q, k, v). Every call gets inputs of its own.
+ON_NUMPY = ("    try:  # torch's own memory can be resized, numpy's cannot\n"
+            "        torch.empty(0, dtype=q.dtype).set_(q).resize_(q.numel() + 1)\n"
+            "        by_hand = True\n    except RuntimeError:\n        by_hand = False\n"
+            "    if by_hand:\n" + "".join("    " + line for line in HAND_FUSED.splitlines(True)))
+SEEN_VIEWS = ("    _SEEN.update(id(a.base) for a in (q, k, v) if a.base is not None)\n"
+              "    if id(q) not in _SEEN:  # arrays no earlier call had a view of: the whole matrix\n")
+
+
+@pytest.mark.slow  # hand-written T x T attention at three lengths up to 8,192: make test only
+def test_a_call_gated_on_how_its_inputs_were_made_loses(tmp_path):
+    src = (SOLUTIONS / "fused.py").read_text()
+    fused_src = src.replace(FUSED_START, FUSED_START + ON_NUMPY, 1)
+    tiled_src = (SOLUTIONS / "tiled.py").read_text()
+    i = tiled_src.index(TILED_START)
+    tiled_src = tiled_src[:i] + SEEN_VIEWS + "".join("    " + line for line in HAND_TILED.splitlines(True)) + tiled_src[i:]
+    tiled_src = tiled_src.replace("import numpy as np\n", "import numpy as np\n\n_SEEN: set = set()\n", 1)
+    for kind, files in (("fused", {"fused.py": fused_src}), ("tiled", {"tiled.py": tiled_src})):
+        m = _Measurer(_submission(tmp_path, kind, files), torch=kind == "fused")
+        try:
+            g, why = _fused_growth(m, 4) if kind == "fused" else _tiled_growth(m, 4)
+            assert why is not None, (kind, g)
+        finally:
+            m.close()
+
+
 @pytest.mark.slow  # over ~8 s alone (CONTRIBUTING.md, the tiers): make test only
 def test_causal_lower_right_keeps_every_fused_point(tmp_path):
     sub = _submission(tmp_path, "lower-right", {"fused.py": _fused_body(LOWER_RIGHT)})

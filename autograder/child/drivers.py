@@ -23,7 +23,10 @@ def _mod(pkg: str, name: str):
 
 
 def _t(a) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a))
+    """A tensor of torch's own memory holding `a` (a copy): the form a submission is handed in every call, checked or
+    measured, the form real use gives it (a tensor on numpy's memory, which cannot be resized, told a stranger's code
+    that a call was the grader's measured one)."""
+    return torch.tensor(np.asarray(a))
 
 
 def warmup(pkg: str) -> bool:
@@ -138,7 +141,7 @@ def module_decode(x, qkv_weight, out_weight, n_heads, chunks, fused=False, *, pk
     outs, start = [], 0
     with torch.no_grad():
         for t in chunks:
-            outs.append(invariants.call(m, x[:, start : start + t], cache))
+            outs.append(invariants.call(m, x[:, start : start + t].clone(), cache))  # contiguous, as every step
             start += t
     return torch.cat(outs, dim=1)
 
@@ -230,7 +233,7 @@ def decode_cost_steps(new, *, pkg):
                     for i in range(S)]
             return {"out": torch.cat(outs, dim=1), "length": length + S}
         m, cache = d["module"], d["cache"]
-        outs = [m(new[:, i : i + 1], cache) for i in range(S)]
+        outs = [m(new[:, i : i + 1].clone(), cache) for i in range(S)]  # contiguous, as the prefill's and any step's
     return {"out": torch.cat(outs, dim=1), "length": int(getattr(cache, "length", -1))}
 
 
@@ -339,10 +342,10 @@ def fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *, seed=0
     if phase != "call":
         with torch.no_grad():  # ordinary calls first: the measured one is never the process's first
             for n in seeded.ordinary_sizes(8, 64, seed):
-                fa(*(torch.from_numpy(a) for a in seeded.attention_inputs(n, d_head, seed, lead=lead)), causal=True)
+                fa(*(_t(a) for a in seeded.attention_inputs(n, d_head, seed, lead=lead)), causal=True)
         if phase == "prepare":
             return None
-    q, k, v = (torch.from_numpy(a) for a in seeded.attention_inputs(T, d_head, seed, lead=lead))  # [B, H, T, D]
+    q, k, v = (_t(a) for a in seeded.attention_inputs(T, d_head, seed, lead=lead))  # [B, H, T, D], torch's memory
     spy = _SdpaSpy() if watched else contextlib.nullcontext(None)  # watched=False: the same call, no probe (tests)
     with spy, torch.no_grad():
         out = fa(q, k, v, causal=True)
@@ -363,7 +366,7 @@ def module_fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *,
     baseline returns its own too), its shape and the SDPA calls seen (which only name the mistake: the peaks,
     measured outside at three lengths, decide)."""
     C = n_heads * d_head
-    x, qkv_w, out_w = (torch.from_numpy(a) for a in seeded.module_inputs(T, C, seed, batch))
+    x, qkv_w, out_w = (_t(a) for a in seeded.module_inputs(T, C, seed, batch))  # torch's memory, as any forward's
 
     def forward(x):  # [B, T, C] -> [B, T, C]
         B, n = x.shape[0], x.shape[1]
@@ -374,7 +377,7 @@ def module_fused_memory_run(T, batch=1, n_heads=1, d_head=32, baseline=False, *,
         with torch.no_grad():
             m = _BUILT["module"] = forward if baseline else _build(pkg, C, n_heads, True, qkv_w, out_w)
             for n in seeded.ordinary_sizes(8, 64, seed):  # ordinary calls first: the measured one is never the first
-                m(x[:, :n])
+                m(x[:, :n].clone())  # a tensor of its own: no view of the measured call's x
         if phase == "prepare":
             return None
     m = _BUILT["module"]
