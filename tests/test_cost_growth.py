@@ -308,7 +308,8 @@ def test_a_run_stopped_at_its_second_length_still_shows_its_growth_and_is_not_me
 
     def cost(memory: float, cpu: float = 0.05):
         c = Cost()
-        c.memory_bytes, c.cpu_s = memory, cpu
+        c.memory_bytes = c.peak_bytes = memory  # the steps made it: DecodePlan.enough reads the peak
+        c.cpu_s = cpu
         return c
 
     assert plan.enough(4, None, cost(pair_bytes(340, SHAPE)))

@@ -174,10 +174,13 @@ def test_memory_a_call_lets_go_of_counts_as_the_calls():
     from autograder.sandbox.per_call import Cost
 
     mib = 2**20
-    assert Cost(0, 0.1, 2 * mib, 640 * mib).memory_bytes == 640 * mib  # ballast let go of: peak 0 over the start
-    assert Cost(5 * mib, 0.1, 2 * mib, 640 * mib).memory_bytes == 645 * mib
-    assert Cost(5 * mib, 0.1, 2 * mib, 0).memory_bytes == 5 * mib
-    assert Cost(5 * mib, 0.1, 9 * mib).memory_bytes == 9 * mib
+    assert Cost(0, 0.1, 0, 640 * mib).memory_bytes == 640 * mib  # ballast let go of: peak 0 over the start
+    assert Cost(5 * mib, 0.1, 0, 640 * mib).memory_bytes == 645 * mib
+    assert Cost(5 * mib, 0.1, 0, 0).memory_bytes == 5 * mib
+    # memory held before and touched (weights every step reads) adds to what the call made: a step's scores (8 MiB
+    # of peak) are not hidden under 12 MiB of weights touched; pages it made and kept count once
+    assert Cost(8 * mib, 0.1, 12 * mib, 0, 0).memory_bytes == 20 * mib
+    assert Cost(3 * mib, 0.1, 12 * mib, 0, 3 * mib).memory_bytes == 12 * mib
     assert Cost(None, None).memory_bytes is None
 
 

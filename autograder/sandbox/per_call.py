@@ -38,19 +38,24 @@ class Cost:
     cpu_s: float | None
     touched_bytes: int | None = None
     released_bytes: int | None = None
+    kept_bytes: int | None = None  # how far its resident size rose over its start by the call's end
 
     @property
     def memory_bytes(self) -> int | None:
-        """The call's memory as the cost rules judge it: the largest of what it added to the peak (its temporaries,
-        freed or not), the memory it touched and still holds mapped (pages held before it included: a buffer
-        filled at import or when a cache was built is no hiding place), and its peak over its size at the end where
-        it let go of memory held before it (that room may have held what it made, unseen by the reset mark). None
-        where the system says none of them."""
-        peak = self.peak_bytes
+        """The call's memory as the cost rules judge it: what it added to the peak (its temporaries, freed or not),
+        plus its peak over its size at the end where it let go of memory held before it (that room may have held
+        what it made, unseen by the reset mark), plus the memory held before it that it touched (the pages it
+        touched and still holds, less what it made and kept: a buffer filled at import or when a cache was built is
+        no hiding place). The larger of the peak's rise and the pages touched, as it was, hid a step's [B, H, L, L]
+        scores under the weights every step reads (B = 1, H = 48: 8 MiB of scores beside 12 MiB touched on both
+        sides). None where the system says neither."""
+        peak, touched = self.peak_bytes, self.touched_bytes
         if peak is not None and self.released_bytes:
             peak += self.released_bytes
-        told = [b for b in (peak, self.touched_bytes) if b is not None]
-        return max(told) if told else None
+        if touched is not None:
+            touched = max(touched - (self.kept_bytes or 0), 0)
+        told = [b for b in (peak, touched) if b is not None]
+        return sum(told) if told else None
 
 
 def _status_kib(pid: int, field: str) -> int | None:
@@ -181,5 +186,6 @@ class Meter:
         peak = None if hwm is None or self._base_kib is None else max(hwm - self._base_kib, 0) * 1024
         touched = _referenced_kib(self.pid) if self._touching else None
         released = None if rss is None or self._base_kib is None else max(self._base_kib - rss, 0) * 1024
+        kept = None if rss is None or self._base_kib is None else max(rss - self._base_kib, 0) * 1024
         return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0),
-                    None if touched is None else touched * 1024, released)
+                    None if touched is None else touched * 1024, released, kept)

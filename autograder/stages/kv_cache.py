@@ -299,7 +299,9 @@ class DecodePlan:
         if cost.cpu_s is not None and cost.cpu_s > CPU_STOP_S:
             return True
         L = self.lengths[(index - 2) // 2]
-        return index >= 4 and cost.memory_bytes is not None and cost.memory_bytes >= pair_bytes(L, self.shape)
+        made = getattr(cost, "peak_bytes", None)  # memory the steps made (what they touched of the module counts too,
+        # judged beside the grader's: alone it would stop steps that read large weights)
+        return index >= 4 and made is not None and made >= pair_bytes(L, self.shape)
 
 
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # grading worker -> {seed: DecodePlan}
@@ -363,7 +365,7 @@ def measure_decode(api, ctx, plan: DecodePlan, key: str, stop: bool = True) -> D
         check_close(np.asarray(r["out"]), decode_step_expected(qkv_w, out_w, prefix, plan.tokens[i].astype(np.float64), H),
                     f"{S} decode steps (x [{B}, 1, {H * D}] each) after a forward of a random prefix of {L} tokens "
                     "with the cache", inputs=f"B={B}, H={H}, d_head={D}, {L} cached positions")
-        # memory: the larger of the peak's rise and the pages the steps touched (per_call.Cost.memory_bytes), so a
+        # memory: the peak's rise and the pages held before that the steps touched (per_call.Cost.memory_bytes), so a
         # [B, H, L, L] buffer made with the cache and filled again at each step counts (a stranger's attack)
         peak[i], cpu[i] = cost.memory_bytes, cost.cpu_s
     return DecodeRun(peak, base_peak, cpu, base_cpu, (s_peak, b_peak, s_cpu, b_cpu))
@@ -432,8 +434,8 @@ def mib(n: float) -> str:
 
 
 def judge_memory(lengths, run: DecodeRun, shape: tuple) -> Verdict:
-    """The steps' added memory over the grader's at each length (per_call.Cost.memory_bytes: the peak's rise or the
-    pages touched): failing when at any length it reaches half that length's pair scores (one [B, H, L, L] float32
+    """The steps' added memory over the grader's at each length (per_call.Cost.memory_bytes: the peak's rise and the
+    pages held before that they touched): failing when at any length it reaches half that length's pair scores (one [B, H, L, L] float32
     tensor at the drawn shape (B, H, d_head); a step quadratic at some lengths only fails there), or when it
     grows nearer 4x than 2x a doubling (fitted over the lengths, with a quarter of the shortest cache's pair
     scores added to each so that a few pages either way are no growth) to a quarter of the longest's. Without
