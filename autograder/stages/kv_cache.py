@@ -435,8 +435,9 @@ def mib(n: float) -> str:
 
 def judge_memory(lengths, run: DecodeRun, shape: tuple) -> Verdict:
     """The steps' added memory over the grader's at each length (per_call.Cost.memory_bytes: the peak's rise and the
-    pages held before that they touched): failing when at any length it reaches half that length's pair scores (one [B, H, L, L] float32
-    tensor at the drawn shape (B, H, d_head); a step quadratic at some lengths only fails there), or when it
+    pages held before that they touched): failing when at any length it reaches half that length's pair scores (one
+    [B, H, L, L] float32 tensor at the drawn shape (B, H, d_head); a step quadratic at some lengths only fails there),
+    or when it
     grows nearer 4x than 2x a doubling (fitted over the lengths, with a quarter of the shortest cache's pair
     scores added to each so that a few pages either way are no growth) to a quarter of the longest's. Without
     per-call counts (macOS) memory is not judged: the whole child's peak holds what the module took when built."""
