@@ -41,18 +41,18 @@ class CausalSelfAttention(nn.Module):
         with the cache length (only the new rows of scores are computed). The grader runs this in a
         process of its own and reads, from outside it, what the steps alone add to its peak memory
         and CPU time (building the module, its buffers and the cache are not counted; memory is the
-        larger of the peak's rise and the pages the steps touch): Decode steps cost work that grows
-        linearly with the cache: measured at three cache lengths from 128 to 768 positions, batch B
-        and heads H one of 4 x 16, 8 x 8, 2 x 32, 16 x 4, 3 x 16, 6 x 8, 4 x 12, 2 x 24, 12 x 4, and
-        d_head one of 8, 10, 12, 14, 16 (all drawn from the grade's seed), each filled by forwards
-        of up to 64 tokens then 0 to 64 one-token steps, with 0 to 512 positions of its max_len left
-        free after the steps, the memory and CPU time 8 more one-token steps add over the grader's
-        own may grow about 2x when the cache doubles, not 4x (over the three lengths, and for CPU
-        time also between the two longest where the longest's steps take 40 ms or more over the
-        grader's). At any one length they may add at most half the scores of every pair of positions
-        ([B, H, L, L] float32) and 0.3 s of CPU time over the grader's; steps that already add all
-        of those scores at the second length are not measured at the third. Their outputs are
-        checked too, and the decode checks use caches of the same lengths.
+        peak's rise plus the pages held before that the steps touch): Decode steps cost work that
+        grows linearly with the cache: measured at three cache lengths from 128 to 768 positions,
+        batch B and heads H one of 4 x 16, 8 x 8, 2 x 32, 16 x 4, 3 x 16, 6 x 8, 4 x 12, 2 x 24, 12
+        x 4, and d_head one of 8, 10, 12, 14, 16 (all drawn from the grade's seed), each filled by
+        forwards of up to 64 tokens then 0 to 64 one-token steps, with 0 to 512 positions of its
+        max_len left free after the steps, the memory and CPU time 8 more one-token steps add over
+        the grader's own may grow about 2x when the cache doubles, not 4x (over the three lengths,
+        and for CPU time also between the two longest where the longest's steps take 40 ms or more
+        over the grader's). At any one length they may add at most half the scores of every pair of
+        positions ([B, H, L, L] float32) and 0.3 s of CPU time over the grader's; steps that already
+        add all of those scores at the second length are not measured at the third. Their outputs
+        are checked too, and the decode checks use caches of the same lengths.
         """
         q, k, v = self.heads_of(x)  # each [B, H, T, D]
         if cache is not None:

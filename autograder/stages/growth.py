@@ -221,8 +221,8 @@ def start(api, name: str, sizes, rest: tuple, seed: int) -> None:
 
 def _one(api, fn, name: str, n: int, rest: tuple, seed: int, loads: tuple, baseline: bool) -> tuple:
     """(value, bytes, whole-life peak) of the measured call at length n, read around it from outside
-    (sandbox/per_call.py): the larger of what it added to its child's peak and the memory it touched (pages it made
-    and pages the child held before); None where the system tells neither (then the child's whole-life peak, with
+    (sandbox/per_call.py): what it added to its child's peak (or let go of) and what it touched of the memory the
+    child held before (per_call.Cost.memory_bytes); None where the system tells neither (then the child's whole-life peak, with
     what the submission's import and the ordinary calls held in it, is compared instead: macOS)."""
     results, whole, _ = api.worker.measure_calls(_calls(fn, n, rest, seed, baseline), timeout=60, loads=loads,
                                                  key=_key(name, n, seed, baseline))
