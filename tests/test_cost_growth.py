@@ -259,6 +259,7 @@ def test_growth_law_on_counts_seen():
     assert "grew 4.0x" in cpu.said or "grew 4.1x" in cpu.said, cpu.said
     gate = run_of((25 * mib, 0, 0.1 * mib), (0.1, 0.006, 0.012))
     assert judge_memory(LENGTHS, gate, SHAPE).quadratic  # not by growth: by the pair scores at 131
+    assert judge_memory(LENGTHS, gate, SHAPE).one_length and not judge_memory(LENGTHS, quadratic, SHAPE).one_length
     assert pair_bytes(131, SHAPE) < 25 * mib
 
 

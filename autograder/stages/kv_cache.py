@@ -427,6 +427,7 @@ class Verdict:
 
     quadratic: bool
     said: str
+    one_length: bool = False  # failed by one length's memory (half the pair scores) while it did not grow 4x
 
 
 def mib(n: float) -> str:
@@ -458,7 +459,8 @@ def judge_memory(lengths, run: DecodeRun, shape: tuple) -> Verdict:
         L, e = gated[0]
         row = pair_bytes(L, shape) / (L + DECODE_STEPS)  # a new token's row of the pair scores
         return Verdict(True, f"{said}. At {L} cached positions they added {mib(e)}, while the scores of every pair "
-                             f"are {mib(pair_bytes(L, shape))} and a new token's row of them {row / 2**10:.0f} KiB")
+                             f"are {mib(pair_bytes(L, shape))} and a new token's row of them {row / 2**10:.0f} KiB",
+                       growth is None or growth < GROWTH_FAILS)
     longest = max(lengths)
     top = extra[lengths.index(longest)]
     return Verdict(growth is not None and top is not None and growth >= GROWTH_FAILS
@@ -549,9 +551,12 @@ def decode_step_cost_linear(api, ctx):
         said = [v.said for v in (cpu, memory) if v.quadratic]
         B, H, D = plan.shape
         reached = [L for L, c in zip(plan.lengths, run.cpu) if c is not None] or plan.lengths
+        why = ("A step redoes work for every cached position pair: compute only the new rows of scores"
+               if cpu.quadratic or not memory.one_length else
+               "There a step made or read memory on the scale of every cached position pair, not of one new row: "
+               "compute only the new token's row of scores, over the cache's filled positions")
         raise diagnosed("cache-quadratic-step", f"{S} decode steps at each of {', '.join(map(str, sorted(reached)))} "
-                        f"cached positions (B={B}, H={H}, d_head={D}): {'; '.join(said)}. A step "
-                        f"redoes work for every cached position pair: compute only the new rows of scores")
+                        f"cached positions (B={B}, H={H}, d_head={D}): {'; '.join(said)}. {why}")
     return f"cost of {S} decode steps: {memory.said}; {cpu.said}"
 
 
