@@ -24,7 +24,7 @@ def _tensors(value):
     import torch
 
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
+        return torch.tensor(value)  # a copy in torch's own memory, as any call is handed (drivers._t)
     if isinstance(value, list):
         return [_tensors(v) for v in value]
     if isinstance(value, dict):
