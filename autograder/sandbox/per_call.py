@@ -185,7 +185,7 @@ class Meter:
         rss = _status_kib(self.pid, "VmRSS")
         peak = None if hwm is None or self._base_kib is None else max(hwm - self._base_kib, 0) * 1024
         touched = _referenced_kib(self.pid) if self._touching else None
-        released = None if rss is None or self._base_kib is None else max(self._base_kib - rss, 0) * 1024
-        kept = None if rss is None or self._base_kib is None else max(rss - self._base_kib, 0) * 1024
+        change = None if rss is None or self._base_kib is None else (rss - self._base_kib) * 1024  # end over start
+        released, kept = (None, None) if change is None else (max(-change, 0), max(change, 0))
         return Cost(peak, None if cpu is None or self._cpu0 is None else max(cpu - self._cpu0, 0.0),
                     None if touched is None else touched * 1024, released, kept)

@@ -117,20 +117,17 @@ def describe(g: Growth, name: str = "T") -> str:
 def verdict(g: Growth, name: str = "T") -> str | None:
     """Why the growth breaks the rule, in words, or None when it keeps it."""
     i = g.broken()
-    if i is None and g.holds_scores():
+    if i is None and not g.holds_scores():
+        return None
+    if i is None:
         why = say.GROWTH_HELD_SCORES.format(name=name, n=g.sizes[-1], added=mib(g.added[-1]), scores=mib(g.scores[-1]),
                                             share=g.added[-1] / g.scores[-1], limit=SCORES_SHARE)
-        return say.GROWTH_VERDICT.format(why=why, added=", ".join(mib(max(x, 0)) for x in g.added),
-                                         described=describe(g, name))
-    if i is None:
-        return None
-    step = g.per_doubling()[i]
-    a, b = g.sizes[i], g.sizes[i + 1]
-    if step > MAX_GROWTH:
+    elif (step := g.per_doubling()[i]) > MAX_GROWTH:
+        a, b = g.sizes[i], g.sizes[i + 1]
         why = say.GROWTH_TOO_FAST.format(step=step, name=name, a=a, b=b, article=_a(name))
     else:
-        why = say.GROWTH_FELL.format(before=mib(g.memory[i]), name=name, a=a, after=mib(g.memory[i + 1]), b=b,
-                                     article=_a(name))
+        why = say.GROWTH_FELL.format(before=mib(g.memory[i]), name=name, a=g.sizes[i], after=mib(g.memory[i + 1]),
+                                     b=g.sizes[i + 1], article=_a(name))
     return say.GROWTH_VERDICT.format(why=why, added=", ".join(mib(max(x, 0)) for x in g.added),
                                      described=describe(g, name))
 
