@@ -13,6 +13,7 @@ help: student-help
 student-help:
 	@echo "make setup                   make .venv: the grader, numpy, torch's CPU build (make grade does it on first use)"
 	@echo "make grade [STAGE=masking]   grade exercises/ (sets up .venv on first use); V=1 shows every failing check"
+	@echo "                             FRESH=1 measures the cost checks again (a pass on unchanged files is kept)"
 	@echo "make hint [STAGE=masking]    the next hint, one rung per call"
 	@echo "make submit                  write submission.zip (your stage modules and a manifest) to upload"
 	@echo "make worked                  list the articles' numbers that are checked"
@@ -31,7 +32,7 @@ setup: $(VENV)/.student
 
 grade: $(VENV)/.student
 	@$(PY) -m autograder grade --submission $(SUBMISSION) --seed $(SEED) $(if $(STAGE),--stage $(STAGE)) \
-		$(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE))
+		$(if $(JSON),--json $(JSON)) $(if $(V),--verbose) $(if $(REQUIRE),--require-pass $(REQUIRE)) $(if $(FRESH),--fresh)
 
 hint: $(VENV)/.student
 	@$(PY) -m autograder hint $(STAGE) --submission $(SUBMISSION)

@@ -61,7 +61,7 @@ def _grade(args) -> int:
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
     try:
         res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
-                    pictures=any(r.pictures for r, _ in wanted))
+                    pictures=any(r.pictures for r, _ in wanted), keep=not args.fresh)
     finally:
         close_launchers(workers)
     for note in found.notes:
@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     for renderer in RENDERERS:
         g.add_argument(f"--{renderer.name}", metavar="FILE", help=renderer.help)
     g.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    g.add_argument("--fresh", action="store_true", help="measure the cost checks again even where an earlier grade "
+                   "of the very same files passed them (kept: grade/kept.py)")
     g.add_argument("--timeout", type=float, default=10.0, help="seconds allowed per call of your code")
     g.add_argument("--budget", type=float, default=None,
                    help="seconds for the whole grade (default: $ATTN_GRADE_BUDGET, else 480); past it the checks "

@@ -88,6 +88,7 @@ class Check:
     worked_id: str | None = None
     rule: str = ""  # the sentence of the contract it enforces, as the student reads it (stub docstring or README)
     twin: bool = False  # a hidden check run on the public seed-0 inputs, for its points (see stages.checks_to_run)
+    measured: bool = False  # it runs the submission in fresh children it measures (a cost rule): grade/kept.py
 
     @property
     def id(self) -> str:
@@ -135,10 +136,13 @@ class Stage:
         """Its column's name in the CSV files: a bonus stage says so (its points are apart from the core total)."""
         return f"{self.name} (bonus)" if self.bonus else self.name
 
-    def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = "", rule: str = ""):
+    def check(self, points: float, kind: str, visibility: str = "hidden", cite: str = "", rule: str = "",
+              measured: bool = False):
         """Register `fn(api, ctx)` as a check of this stage: it raises outcomes.Fail (or lets a
         student error through) to fail, and may return a note to show when it passes. `rule` is the
-        sentence of the stage's docstrings (or the student README) that the check enforces."""
+        sentence of the stage's docstrings (or the student README) that the check enforces. `measured`: it
+        takes the stage's measurements (Function.measured, common.AHEAD), so its pass may be kept between grades
+        of the same files (grade/kept.py)."""
         assert kind in KINDS and visibility in VISIBILITIES, (kind, visibility)
         rule = rule or {"reference": REFERENCE_RULE, "worked": WORKED_RULE}.get(kind, "")
         assert rule, "a property check names the sentence it enforces (rule=...)"
@@ -146,7 +150,8 @@ class Stage:
         def deco(fn: Callable) -> Callable:
             # its title: the docstring's first paragraph as one line (a title wrapped over two lines stays whole)
             doc = " ".join(inspect.cleandoc(fn.__doc__).split("\n\n")[0].split()) if fn.__doc__ else fn.__name__
-            self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite, rule=rule))
+            self.checks.append(Check(self.name, fn.__name__, points, kind, visibility, fn, doc, cite, rule=rule,
+                                     measured=measured))
             return fn
 
         return deco

@@ -95,6 +95,7 @@ class CheckResult:
     arrays: dict | None = None  # expected / got / bad cells of the first mismatch (HTML report)
     called: tuple[str, ...] = ()  # the names of the student's functions (and drivers) the check called
     output: str = ""  # what the student's code printed during the check (stdout and stderr, capped)
+    kept_at: str = ""  # a measured check's pass taken back from an earlier grade of the same files: when (grade/kept.py)
 
     @property
     def passed(self) -> bool:
@@ -127,7 +128,7 @@ class CheckResult:
                 "score": self.score, "max_score": self.check.points,
                 "failure": str(self.failure) if self.failure else None, "diagnoses": self.diagnoses,
                 "where": vars(self.where) if self.where else None, "message": self.message, "note": self.note,
-                "output": self.output}
+                "output": self.output, "kept_at": self.kept_at or None}
 
 
 @dataclass
@@ -171,6 +172,15 @@ class Results:
     # the bytes graded (sandbox.safe_files.Snapshot), for the feedback worked out from the record afterwards (the
     # next step's lines, watch's merged screen): never read from the folder again; not part of as_json
     snapshot: Snapshot | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def kept_note(self) -> str:
+        """The sentence every report gives about passes kept from an earlier grade ("" when none was)."""
+        kept = [r for sr in self.stages.values() for r in sr.checks if r.kept_at]
+        if not kept:
+            return ""
+        stages = list(dict.fromkeys(r.check.stage for r in kept))
+        return say.KEPT_PASSES.format(stages=", ".join(stages), at=min(r.kept_at for r in kept))
 
     @property
     def ignored_note(self) -> str:

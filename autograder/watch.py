@@ -74,7 +74,8 @@ class Session:
             self.workers = {kind: Worker(self.folder, timeout=self.timeout, zygote=server, reuse_memory=kind == "numpy")
                             for kind in ("numpy", "torch")}
         try:
-            return grade(self.folder, stages, timeout=self.timeout, workers=self.workers, confirm=False)
+            return grade(self.folder, stages, timeout=self.timeout, workers=self.workers, confirm=False,
+                         keep=True)
         finally:
             with self.lock:
                 self.workers = {}

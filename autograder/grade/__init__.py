@@ -37,6 +37,7 @@ from ..sandbox.safe_files import Snapshot, UnusableFile, take
 from ..stages import BY_NAME, STAGES, SUBMISSION_FILES, checks_to_run, child_kinds, mistakes_of, stage_of_file
 from ..stages.common import imported_libraries, start_measurements
 from ..stages.fixtures import Replayer, load
+from . import kept
 from .verdict import calls_own_code, check_at_fault, decide_status, grader_fault, loading_hung, origin_of
 
 ABORTS_PER_STAGE = 2  # calls that hang or crash before a stage's remaining checks are not run
@@ -117,8 +118,11 @@ def refused_why(snap: Snapshot, file: str) -> str | None:
     return describe(file, found) if found else None
 
 
-def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = False) -> list[CheckResult]:
-    """The stage's checks, run on the grade's snapshot (`ctx.snapshot`): its files as the grade took them."""
+def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = False, held: dict | None = None,
+              keep: bool = False) -> list[CheckResult]:
+    """The stage's checks, run on the grade's snapshot (`ctx.snapshot`): its files as the grade took them. `held`:
+    passes of its measured checks kept from an earlier grade of the same files ({check id: kept.taken's}), taken
+    instead of running them; with `keep`, a measured check's pass is kept for the next grade (grade/kept.py)."""
     results: list[CheckResult] = []
     snap = ctx.snapshot
     problems = {f: snap.problem(f) for f in BY_NAME[stage].files}
@@ -153,14 +157,24 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
             else:
                 results.append(not_run(c, f"not run: {aborted}", Failure.AFTER_ABORT))
             continue
+        if held and c.id in held:  # measured in an earlier grade of these same files: not run again
+            results.append(CheckResult(c, CheckStatus.PASSED, note=held[c.id]["note"], called=held[c.id]["called"],
+                                       kept_at=held[c.id]["at"]))
+            continue
+        measured_before = getattr(worker, "measurements", 0)
         try:
             with np.errstate(all="ignore"):  # student values may be NaN or inf; the checks say so in words
                 note = c.fn(api, ctx.for_check(c.visibility))
+            if os.environ.get(STRICT) and not c.measured and getattr(worker, "measurements", 0) > measured_before:
+                raise GraderBug(f"check {c.id} took a measurement of fresh children: declare it "
+                                "@STAGE.check(..., measured=True) (grade/kept.py keeps such a check's pass, and only such)")
             if os.environ.get(STRICT) and not calls_own_code(stage, api.called):
                 raise GraderBug(f"check {c.id} passed without calling any code of {', '.join(BY_NAME[stage].files)}: "
                                 "a stage's points are earned by its own files (stages.common: compute through them)")
             results.append(CheckResult(c, CheckStatus.PASSED, note=note if isinstance(note, str) else "",
                                        called=tuple(api.called)))
+            if keep and c.measured:
+                kept.keep(c, ctx.for_check(c.visibility).seed, public_only, snap, results[-1].note, results[-1].called)
         except Fail as f:
             results.append(failed(c, str(f), Failure.WRONG, diagnosis=f.diagnosis, arrays=f.arrays,
                                   where=Where(*f.place) if f.place else mistake_where(f.diagnosis, snap),
@@ -242,7 +256,7 @@ def reference():
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
           workers: dict | None = None, pictures: bool = False, budget: float | None = None,
-          confirm: bool = True) -> Results:
+          confirm: bool = True, keep: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
@@ -257,7 +271,9 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     (`Results.snapshot`). Nothing reads the folder again during the grade;
     `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run;
     `confirm`: try the named change at the first failing stage's parting line as an edit (feedback/repair.py);
-    `make watch` turns it off, its answer to a save must stay fast."""
+    `make watch` turns it off, its answer to a save must stay fast;
+    `keep`: take back the passes of measured checks kept from an earlier grade of the very same files instead of
+    measuring again, and keep this grade's (grade/kept.py: `make grade` and `make watch`; never Gradescope's)."""
     t0 = time.monotonic()
     budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
@@ -270,14 +286,14 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         or take(submission)
     try:
         return _grade(snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
-                      workers, pictures, confirm)
+                      workers, pictures, confirm, keep)
     finally:
         if own:
             close_launchers(own)
 
 
 def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
-           zygote, workers, pictures, confirm) -> Results:
+           zygote, workers, pictures, confirm, keep=False) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
@@ -289,6 +305,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
     located: dict = {}
     bugs: list[GraderBug] = []
     hung: dict[str, int] = {}  # the submission's files whose body never finished loading (runner.Worker.hung)
+    held: dict[str, dict] = {}  # stage -> its measured checks' passes kept from an earlier grade (grade/kept.py)
 
     def none_run(name: str, why: str, failure: Failure) -> list[CheckResult]:
         return [not_run(c, why, failure) for c in checks_to_run(name, public_only)]
@@ -309,7 +326,10 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
             # measurements in fresh children start now, beside the checks that follow (forked from the torch server
             # the moment it is ready, as the grading child is)
             for name in names:
-                if not any(snap.problem(f) for f in BY_NAME[name].files):
+                measured = [c for c in checks_to_run(name, public_only) if c.measured]
+                held[name] = {c.id: k for c in measured if keep and
+                              (k := kept.taken(c, ctx.for_check(c.visibility).seed, public_only, snap))}
+                if not any(snap.problem(f) for f in BY_NAME[name].files) and len(held[name]) < len(measured):
                     start_measurements(api, BY_NAME[name], ctx.seed)
             if torch:
                 try:
@@ -329,7 +349,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
                 if environment:  # the child cannot start: the stages after it are not run either
                     found[name] = none_run(name, environment, Failure.ENVIRONMENT)
                     continue
-                found[name] = run_stage(api, ctx, name, public_only)
+                found[name] = run_stage(api, ctx, name, public_only, held.get(name), keep)
                 environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
                 if not environment and any(not r.passed for r in found[name]) and not loading_hung(found[name]):
                     # which function is wrong on its own (not asked where a module's body never finished loading)

@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
+from ..child.seeded import DECODE_RANGE, FUSED_RANGE, TILED_RANGE
 from ..declarations import DEFAULTS_RULE, INPUTS_RULE, REFERENCE_RULE, WORKED_RULE
 from ..report.classroom import CLASSROOM_TOTAL, stage_max_scores
 from ..report.gradescope_json import BONUS_POLICIES, DEFAULT_BONUS_POLICY, DEFAULT_HIDDEN_VISIBILITY, GRADESCOPE_VISIBILITIES
@@ -114,10 +115,15 @@ your cache.
 - {REFERENCE_RULE}. float32 inputs are fine; compute in any float dtype.
 - Properties any correct attention has: weights that sum to 1, masked weights exactly 0, the future
   never changing the past, decoding with a cache equal to the full forward.
-- Costs: the CPU time and peak memory of KV-cache decode steps (they must grow linearly with the
-  cache), and the peak memory of the fused call at T = 8192 and of
-  the tiled bonus stage at n = 4096 (no T x T matrix), which the grader reads from outside the
-  process running your code, after a few ordinary calls of your code. The docstrings say which.
+- Costs, judged by how they grow: the memory and CPU time of KV-cache decode steps at three cache
+  lengths from {DECODE_RANGE[0]:,} to {DECODE_RANGE[1]:,}, the memory of the fused call at three T from
+  {FUSED_RANGE[0]:,} to {FUSED_RANGE[1]:,}, and of the tiled bonus stage at three n from {TILED_RANGE[0]:,} to
+  {TILED_RANGE[1]:,}, each drawn from the grade's seed (the autograder's is secret). Linear code grows about
+  2x each time the length doubles, a T x T matrix 4x; the stubs' docstrings state each rule. The
+  grader reads each call's cost from outside the process running your code, after a few ordinary
+  calls of it. A cost check that passed is not measured again while none of your files changes
+  (`make grade` says so under its table; `make grade FRESH=1` measures it now); one that failed is
+  measured in every grade, and the autograder always measures.
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises. They are read
   from your file, not from the running function: from the top-level `def` or `class` of that name
   (a class's `__init__`, or one it inherits from a class in the same file), written as a value

@@ -60,6 +60,8 @@ def terminal(res: Results, verbose: bool = False, color: bool = False) -> str:
     if faults:
         lines += ["", c("1", say.REPORT_KIT_FAULTS)]
         lines.extend(f"  ! {r.message}" for r in faults)
+    if res.kept_note:
+        lines += ["", res.kept_note]
     if res.ignored_note:
         lines += ["", res.ignored_note]
     if res.protections_off:

@@ -173,6 +173,7 @@ class Worker:
         self._start_cpu: float | None = None  # and how much CPU time its start took (said at the same moment)
         self._soon: dict = {}  # measurements started ahead (measure_soon): key -> (thread, box)
         self._fresh: set = set()  # the fresh children measuring now: retired with this worker
+        self.measurements = 0  # measure() and measure_calls() answered so far (a check that takes one is measured)
         self.package_from: Path | None = None  # a folder with this submission's files to link them from (see place)
         self.hung: dict[str, int] = {}  # files whose body never finished loading: {file: line}, shared by a grade's workers
         self.lent_s = 0.0  # what the last call's limit was lengthened by: the time its child waited for a CPU
@@ -344,6 +345,7 @@ class Worker:
         None where the system does not count them. A measurement started ahead by measure_soon is used once, then
         forgotten. `loads` names modules of numpy and torch the child imports as part of its start, before any of
         the submission runs (a measurement and its baseline alike: what a library costs to load is not the call's)."""
+        self.measurements += 1
         ahead = self._soon.pop(repr((target, args, sorted(kwargs.items()))), None)
         if ahead is None:
             return self._measure_now(target, *args, timeout=timeout, loads=loads, **kwargs)
@@ -389,6 +391,7 @@ class Worker:
         predicate enough(index, value, cost) asked after each counted call, the calls after the first counted one it
         holds true for are not made (results is then shorter than calls): what is already known decides, and code
         far too slow is not run to its end."""
+        self.measurements += 1
         ahead = self._soon.pop(repr(("calls", key)), None) if key is not None else None
         if ahead is None:
             return self._measure_calls_now(calls, timeout=timeout, loads=loads, enough=enough)

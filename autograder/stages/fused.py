@@ -226,7 +226,7 @@ def dropout_when_training(api, ctx):
             raise Fail(f"{what} equals the output without dropout{calls}")
 
 
-@STAGE.check(points=1, kind="reference", rule="fused=True computes the attention with `fused_attention`.")
+@STAGE.check(points=1, kind="reference", rule="fused=True computes the attention with `fused_attention`.", measured=True)
 def module_fused_path(api, ctx):
     """CausalSelfAttention(fused=True) matches the reference, and its forward's memory grows with T, not T^2, over
     three lengths drawn from the grade's seed (the kernel's counts, read by the grader), as a path through the
@@ -294,7 +294,7 @@ def module_fused_with_cache(api, ctx):
                    "it too, such as a buffer filled at import) and memory held before it that it lets go of: it must "
                    f"grow about 2x per doubling of T (a T x T matrix makes 4x), at most {growth.MAX_GROWTH}x, and "
                    "never fall as T grows; at the longest T it may add less than half the memory of the T x T scores "
-                   "([B, H, T, T] float32) over the grader's own.")
+                   "([B, H, T, T] float32) over the grader's own.", measured=True)
 def no_quadratic_memory(api, ctx):
     """the fused causal call's memory grows with T, not T^2: about 2x per doubling of T over three lengths drawn
     from the grade's seed"""

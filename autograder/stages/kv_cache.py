@@ -529,7 +529,7 @@ def judged(plan: DecodePlan, run: DecodeRun) -> tuple[Verdict, Verdict]:
                    f"longest's steps take {CPU_TOP_S * 1000:.0f} ms or more over the grader's). "
                    "At any one length they may add at most half the scores of every pair of positions ([B, H, L, L] "
                    f"float32) and {CPU_OVER_S:g} s of CPU time over the grader's; steps that already add all "
-                   "of those scores at the second length are not measured at the third.")
+                   "of those scores at the second length are not measured at the third.", measured=True)
 def decode_step_cost_linear(api, ctx):
     """8 decode steps at three cache lengths between 128 and 768 positions, at a batch, heads and d_head drawn from
     the grade's seed: what they add to the peak memory and CPU time of their process (the module and the cache made

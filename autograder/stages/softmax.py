@@ -194,7 +194,7 @@ def all_neginf_raises(api, ctx):
 @STAGE.check(points=1, kind="property", visibility="public",
               rule="Write it with numpy alone: softmax.py, and any stage module it imports, may not import scipy, "
                    "torch, jax or tensorflow, not even unused. A call that loads one anyway, under whatever name, "
-                   "fails too: the grader measures the memory of one call in a child of its own.")
+                   "fails too: the grader measures the memory of one call in a child of its own.", measured=True)
 def no_library_softmax(api, ctx):
     """written with numpy, not a library softmax (scipy, torch), in softmax.py and the modules it loads"""
     from ..sandbox.static_check import loaded_files

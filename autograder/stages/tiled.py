@@ -118,7 +118,7 @@ def tiled_large_scores(api, ctx):
                    "(drawn from the grade's seed too), counting every page the call touches (memory held before "
                    "it too) and memory held before it that it lets go of: it may grow at most "
                    f"{growth.MAX_GROWTH}x per doubling of n (the n x n scores make 4x), and never fall as n grows; at "
-                   "the longest n it may add less than half the memory of the n x n scores (float64).")
+                   "the longest n it may add less than half the memory of the n x n scores (float64).", measured=True)
 def tiled_memory_linear(api, ctx):
     """one causal call's memory grows with n, not n^2: at most 2.8x per doubling of n over three lengths drawn from
     the grade's seed"""
