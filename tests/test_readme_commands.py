@@ -40,6 +40,7 @@ REFUSES = {"make capstone": "stage 6 (heads) has not passed: not started"}
 EXPECT = {  # what a run must leave or print, beyond exiting 0
     "make grade": "Next step:",
     "make grade STAGE=masking": "masking",
+    "make grade FRESH=1": "Next step:",
     "make worked": "A-softmax-weights",
     "make hint": "Hint 1/",
     "make release": Path("dist/student/.github/workflows/classroom.yml"),

@@ -77,6 +77,7 @@ wrong, where, and often which classic mistake it is.
 make grade                  # set up .venv on first use, grade exercises/, print the next step
 make grade STAGE=masking    # one stage
 make grade V=1              # every failing check, not only the first four of each stage
+make grade FRESH=1          # measure the cost checks again (a pass on unchanged files is kept)
 make hint                   # a nudge for the stage you are on (run again for a bigger one)
 make submit                 # writes submission.zip: upload it
 make watch                  # re-grade every time you save
