@@ -427,9 +427,9 @@ CLI_UNKNOWN_STAGE = "error: unknown stage {stages}; stages: {known}"
 CLI_NOTE = "note: {note}"
 CLI_WROTE = "wrote {path}"
 CLI_REQUIRED_FAILING = "required to pass, and not passing: {stages}"
-KEPT_PASSES = ("The cost checks of {stages} passed when measured in an earlier grade of these very files ({at}), "
-               "and were not measured again: they are once one of your files changes. `make grade FRESH=1` measures "
-               "them now.")  # passes of measured checks, kept (grade/kept.py)
+KEPT_PASSES = ("The cost checks of {stages} passed when measured in an earlier grade ({at}), and not one of the "
+               "files they load has changed since: they were not measured again (they are after any edit of those "
+               "files). `make grade FRESH=1` measures them now.")  # passes of measured checks, kept (grade/kept.py)
 CLI_WORKED = "{id:<28} {stage:<13} Article {article}, {section}: {quantity} = {expected}"
 CLI_SUBMIT_WROTE = "wrote {output} from {source}/"
 CLI_SUBMIT_WARNING = "  warning: {problem}"

@@ -56,13 +56,28 @@ def test_a_pass_is_kept_and_taken_back_without_measuring(tmp_path, cache, monkey
     assert _measured(again).as_json()["kept_at"] == _measured(again).kept_at
 
 
-def test_any_edit_measures_again(tmp_path, cache, monkeypatch):
+def test_an_edit_of_a_file_it_loads_measures_again_and_only_that(tmp_path, cache, monkeypatch):
     sub = variant(tmp_path, {})
     grade(sub, ["softmax"], keep=True)
-    (sub / "masking.py").write_text((sub / "masking.py").read_text() + "\n# an edit in another stage's file\n")
     started = _spy_measurements(monkeypatch)
+    (sub / "masking.py").write_text((sub / "masking.py").read_text() + "\n# softmax.py does not load masking.py\n")
+    assert _measured(grade(sub, ["softmax"], keep=True)).kept_at and started == []
+    (sub / "softmax.py").write_text((sub / "softmax.py").read_text() + "\n# an edit, however small\n")
     res = grade(sub, ["softmax"], keep=True)
     assert started == ["softmax"] and not _measured(res).kept_at and _measured(res).passed
+
+
+def test_the_files_a_measured_check_loads_follow_the_imports(tmp_path):
+    """kv_cache's decode runs module.py, which imports fused.py and kv_cache.py; a file that can load another without
+    an import statement makes every file count."""
+    from autograder.sandbox.safe_files import take
+
+    sub = variant(tmp_path, {})
+    assert kept.read_by("kv_cache", take(sub)) == ["fused.py", "kv_cache.py", "module.py"]
+    assert kept.read_by("tiled", take(sub)) == ["tiled.py"]
+    (sub / "fused.py").write_text((sub / "fused.py").read_text() + "\nimport importlib\n")
+    assert kept.read_by("kv_cache", take(sub)) == sorted(p.name for p in sub.glob("*.py") if p.name != "__init__.py")
+    assert kept.read_by("tiled", take(sub)) == ["tiled.py"]
 
 
 def test_another_seed_or_grader_measures_again(tmp_path, cache, monkeypatch):

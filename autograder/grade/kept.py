@@ -1,14 +1,16 @@
 """Passes of the measured checks (the cost rules: Check.measured), kept between grades of the same files.
 
 A measured check runs the submission again in fresh children at three sizes, which is most of what a grade of the
-later stages costs; graded again with not one byte of the submission changed, it would measure the same code on
-the same inputs (the same seed). `make grade` and `make watch` keep such a check's pass, keyed by every submission
-file's digest, the check, its seed, the grader's own code, the interpreter and torch, and take it back the next time
-instead of measuring again, saying so in the report (`make grade FRESH=1` measures everything again). A
-failure is never kept: it is measured again in every grade, so a moment's load never sticks. Gradescope, regrade
-and the notebooks always measure. Kept only where no child can write the user's cache (common._baseline_file,
-growth.kept_here), beside the grader's kept baselines.
+later stages costs; graded again with not one byte of the files it loads changed, it would measure the same code on
+the same inputs (the same seed). `make grade` and `make watch` keep such a check's pass, keyed by the digests of the
+files its stage loads (its own, and the stage files they import, read from their import statements: read_by), the
+check, its seed, the grader's own code, the interpreter and torch, and take it back the next time instead of
+measuring again, saying so in the report (`make grade FRESH=1` measures everything again). A failure is never kept:
+it is measured again in every grade, so a moment's load never sticks. Gradescope, regrade and the notebooks always
+measure. Kept only where no child can write the user's cache (common._baseline_file, growth.kept_here), beside the
+grader's kept baselines.
 """
+import ast
 import functools
 import hashlib
 import json
@@ -18,7 +20,8 @@ from pathlib import Path
 from ..child.policy import container_memory
 from ..declarations import Check
 from ..sandbox.safe_files import Snapshot
-from ..stages import SUBMISSION_FILES
+from ..sandbox.static_check import loaded_files
+from ..stages import BY_NAME, SUBMISSION_FILES
 from ..stages.common import _baseline_file
 from ..stages.growth import kept_here
 
@@ -38,8 +41,35 @@ def grader_digest() -> str:
     return h.hexdigest()[:16]
 
 
+# names through which a file can load another without an import statement: where one appears, every file counts
+DYNAMIC = frozenset({"importlib", "import_module", "__import__", "exec", "eval", "compile", "runpy", "modules",
+                     "spec_from_file_location", "SourceFileLoader", "__loader__", "__spec__", "open", "read_text",
+                     "read_bytes"})
+
+
+def _loads_dynamically(source: bytes) -> bool:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True
+    return any((isinstance(n, ast.Name) and n.id in DYNAMIC) or (isinstance(n, ast.Attribute) and n.attr in DYNAMIC)
+               or (isinstance(n, ast.alias) and n.name.split(".")[0] in DYNAMIC) for n in ast.walk(tree))
+
+
+def read_by(stage: str, snap: Snapshot) -> list[str]:
+    """The submission files a measured check of `stage` loads: the stage's files and its functions' (Function.reads),
+    and every stage file they import, by name or relatively (static_check.loaded_files); every file where one of
+    them could load another some other way (DYNAMIC)."""
+    sources = {n: b for n, b in snap.data.items() if n in SUBMISSION_FILES}
+    s = BY_NAME[stage]
+    files: set[str] = set()
+    for root in {*s.files, *(f for fn in s.functions for f in fn.reads)}:
+        files |= loaded_files(sources, root.removesuffix(".py"))
+    return sorted(sources if any(_loads_dynamically(sources[f]) for f in files) else files)
+
+
 def _path(check: Check, seed: int, public_only: bool, snap: Snapshot) -> Path | None:
-    files = tuple(sorted((n, h) for n, h in snap.sha256.items() if n in SUBMISSION_FILES))
+    files = tuple((n, snap.sha256[n]) for n in read_by(check.stage, snap))
     key = ("pass", check.id, check.twin, check.visibility, seed, public_only, files, grader_digest(),
            container_memory())
     return _baseline_file(key) if kept_here() else None
