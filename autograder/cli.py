@@ -61,7 +61,7 @@ def _grade(args) -> int:
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
     try:
         res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
-                    pictures=any(r.pictures for r, _ in wanted), keep=not args.fresh)
+                    pictures=any(r.pictures for r, _ in wanted), keep=True, fresh=args.fresh)
     finally:
         close_launchers(workers)
     for note in found.notes:

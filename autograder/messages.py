@@ -180,7 +180,9 @@ GROWTH_FELL = ("your call's memory fell from {before} MiB at {name} = {a:,} to {
 GROWTH_HELD_SCORES = ("at {name} = {n:,} your call used {added} MiB beyond the grader's own (memory it made, touched, "
                       "or let go of after earlier calls made it): {share:.0%} of the {scores} MiB of the {name} x {name} "
                       "scores, where less than {limit:.0%} is allowed (a call without them uses a few MiB)")
-GROWTH_VERDICT = "{why}. One call raised peak memory by (or touched) {added} MiB more than the grader's own; {described}"
+GROWTH_VERDICT = ("{why}. One call raised peak memory by (or touched) {added} MiB more than the grader's own at {name} = "
+                  "{sizes}, so its memory (with its inputs and output) was {memory} MiB: it grew {steps} per doubling of "
+                  "{name} (fitted exponent {exponent:.2f}; a step counts once the call adds more than {noise} MiB)")
 
 # ---- a confirmed edit of the parting line (feedback/repair.py): the next step's "Confirmed: ..." and the last hint ---
 EDIT_NOT_REMOVED = "the mask's `~` removed"
@@ -427,9 +429,10 @@ CLI_UNKNOWN_STAGE = "error: unknown stage {stages}; stages: {known}"
 CLI_NOTE = "note: {note}"
 CLI_WROTE = "wrote {path}"
 CLI_REQUIRED_FAILING = "required to pass, and not passing: {stages}"
-KEPT_PASSES = ("The cost checks of {stages} passed when measured in an earlier grade ({at}), and not one of the "
-               "files they load has changed since: they were not measured again (they are after any edit of those "
-               "files). `make grade FRESH=1` measures them now.")  # passes of measured checks, kept (grade/kept.py)
+KEPT_PASSES = ("The measured checks of {stages} (memory or CPU time, read from outside your code) passed in the "
+               "grade of {at}, and not one of the files they load has changed since, so they were not measured "
+               "again; any edit of those files measures them again. `make grade FRESH=1` measures them now.")
+# (passes of measured checks, kept: grade/kept.py)
 CLI_WORKED = "{id:<28} {stage:<13} Article {article}, {section}: {quantity} = {expected}"
 CLI_SUBMIT_WROTE = "wrote {output} from {source}/"
 CLI_SUBMIT_WARNING = "  warning: {problem}"

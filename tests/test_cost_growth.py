@@ -62,7 +62,7 @@ def test_the_quadratic_step_loses_with_its_growth_shown(tmp_path):
         edits.setdefault(e.file, []).append((e.old, e.new))
     st, cost = cost_check(variant(tmp_path, edits))
     assert not cost.passed and cost.diagnosis == "cache-quadratic-step", cost.message
-    assert "each time the cache doubled" in cost.message and "4x the scores of every pair" in cost.message
+    assert "per doubling of the cache" in cost.message and "4x the scores of every pair" in cost.message
     assert "the longest cache not measured" in cost.message  # it already failed at two: DecodePlan.enough
     assert st.score == st.max_score - cost.check.points  # its outputs are right: only the cost check is lost
 

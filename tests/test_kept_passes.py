@@ -118,7 +118,7 @@ def test_make_grade_keeps_and_fresh_measures_again(tmp_path, cache):
                                "softmax", *extra], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
 
     assert "not measured again" not in run()
-    assert "cost checks of softmax passed when measured in an earlier grade" in run()
+    assert "measured checks of softmax (memory or CPU time, read from outside your code) passed" in run()
     assert "not measured again" not in run("--fresh")
     assert "$(if $(FRESH),--fresh)" in (ROOT / "student.mk").read_text()  # make grade FRESH=1 passes it
 
@@ -139,3 +139,21 @@ def test_a_check_that_measures_undeclared_is_the_grader_s_bug(tmp_path):
             grade(variant(tmp_path, {}), ["softmax"])
     finally:
         stage.checks[i] = declared
+
+
+def test_fresh_measures_again_and_keeps_what_it_measured(tmp_path, cache, monkeypatch):
+    """Found by a stranger student: after FRESH=1 the next grade took back the older pass, its older figures."""
+    sub = variant(tmp_path, {})
+    grade(sub, ["tiled"], keep=True)
+    first = kept_file(cache).stat().st_mtime_ns
+    started = _spy_measurements(monkeypatch)
+    fresh = next(r for r in grade(sub, ["tiled"], keep=True, fresh=True).stages["tiled"].checks if r.check.measured)
+    assert started == ["tiled"] and fresh.passed and not fresh.kept_at
+    assert kept_file(cache).stat().st_mtime_ns > first  # what FRESH=1 measured replaced it
+    again = next(r for r in grade(sub, ["tiled"], keep=True).stages["tiled"].checks if r.check.measured)
+    assert again.kept_at and again.note == fresh.note and started == ["tiled"]
+
+
+def kept_file(cache):
+    (only,) = cache.glob("pass-*")
+    return only

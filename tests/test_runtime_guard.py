@@ -143,7 +143,7 @@ def test_decode_cost_is_the_parents_count_of_a_fresh_child(forged, tmp_path, sta
     st = res.stages["kv_cache"]
     checks = {r.check.name: r for r in st.checks}
     cost = checks["decode_step_cost_linear"]
-    assert not cost.passed and "each time the cache doubled" in cost.message, cost.message
+    assert not cost.passed and "per doubling of the cache" in cost.message, cost.message
     assert cost.diagnosis == "cache-quadratic-step"
     honest = st.max_score - cost.check.points  # the unforged step's outputs are right: it loses only the cost check
     assert st.score == honest if not forged else st.score <= honest
@@ -162,7 +162,7 @@ def test_decode_cost_holds_in_a_grown_grader(tmp_path):
         edits[e.file].append((e.old, e.new))
     cost = {r.check.name: r for r in grade(variant(tmp_path / "q", edits), stages=["kv_cache"])
             .stages["kv_cache"].checks}["decode_step_cost_linear"]
-    assert not cost.passed and "each time the cache doubled" in cost.message, cost.message
+    assert not cost.passed and "per doubling of the cache" in cost.message, cost.message
     ok = {r.check.name: r for r in grade(SOLUTIONS, stages=["kv_cache"]).stages["kv_cache"].checks}
     assert ok["decode_step_cost_linear"].passed, ok["decode_step_cost_linear"].message
     assert ballast[-1] == 1.0

@@ -256,7 +256,7 @@ def reference():
 def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, timeout: float = 10.0,
           ref=None, mistakes=None, public_only: bool = False, zygote=None,
           workers: dict | None = None, pictures: bool = False, budget: float | None = None,
-          confirm: bool = True, keep: bool = False) -> Results:
+          confirm: bool = True, keep: bool = False, fresh: bool = False) -> Results:
     """Grade `submission` (a folder with the stage modules). `stages` limits which stages run;
     public_only runs each hidden check as its public twin, keeping its points (the student repo, which has no
     reference: see stages.checks_to_run);
@@ -273,7 +273,8 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     `confirm`: try the named change at the first failing stage's parting line as an edit (feedback/repair.py);
     `make watch` turns it off, its answer to a save must stay fast;
     `keep`: take back the passes of measured checks kept from an earlier grade of the very same files instead of
-    measuring again, and keep this grade's (grade/kept.py: `make grade` and `make watch`; never Gradescope's)."""
+    measuring again, and keep this grade's (grade/kept.py: `make grade` and `make watch`; never Gradescope's); with
+    `fresh` too, measure every one again, and keep what this grade measured (`make grade FRESH=1`)."""
     t0 = time.monotonic()
     budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
@@ -286,14 +287,14 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
         or take(submission)
     try:
         return _grade(snap, t0, budget_s, stages, seed, timeout, ref, mistakes, public_only, zygote,
-                      workers, pictures, confirm, keep)
+                      workers, pictures, confirm, keep, fresh)
     finally:
         if own:
             close_launchers(own)
 
 
 def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, ref, mistakes, public_only,
-           zygote, workers, pictures, confirm, keep=False) -> Results:
+           zygote, workers, pictures, confirm, keep=False, fresh=False) -> Results:
     if ref is None:
         ref, mistakes = reference()
         public_only = public_only or isinstance(ref, Replayer)  # no reference here: hidden checks run as twins
@@ -327,7 +328,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
             # the moment it is ready, as the grading child is)
             for name in names:
                 measured = [c for c in checks_to_run(name, public_only) if c.measured]
-                held[name] = {c.id: k for c in measured if keep and
+                held[name] = {c.id: k for c in measured if keep and not fresh and
                               (k := kept.taken(c, ctx.for_check(c.visibility).seed, public_only, snap))}
                 if not any(snap.problem(f) for f in BY_NAME[name].files) and len(held[name]) < len(measured):
                     start_measurements(api, BY_NAME[name], ctx.seed)

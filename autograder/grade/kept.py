@@ -5,7 +5,8 @@ later stages costs; graded again with not one byte of the files it loads changed
 the same inputs (the same seed). `make grade` and `make watch` keep such a check's pass, keyed by the digests of the
 files its stage loads (its own, and the stage files they import, read from their import statements: read_by), the
 check, its seed, the grader's own code, the interpreter and torch, and take it back the next time instead of
-measuring again, saying so in the report (`make grade FRESH=1` measures everything again). A failure is never kept:
+measuring again, saying so in the report (`make grade FRESH=1` measures every one again, and keeps what it
+measured). A failure is never kept:
 it is measured again in every grade, so a moment's load never sticks. Gradescope, regrade and the notebooks always
 measure. Kept only where no child can write the user's cache (common._baseline_file, growth.kept_here), beside the
 grader's kept baselines.
@@ -96,7 +97,7 @@ def keep(check: Check, seed: int, public_only: bool, snap: Snapshot, note: str, 
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(f"{path.name}.part{time.monotonic_ns()}")
-        part.write_text(json.dumps({"note": note, "called": list(called), "at": time.strftime("%Y-%m-%d %H:%M")}))
+        part.write_text(json.dumps({"note": note, "called": list(called), "at": time.strftime("%Y-%m-%d %H:%M:%S")}))
         part.replace(path)
         passes = sorted(path.parent.glob("pass-*"), key=lambda p: p.stat().st_mtime)
         for old in passes[:-KEEP_AT_MOST]:

@@ -104,14 +104,17 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f}"
 
 
+def _figures(g: Growth, name: str) -> dict:
+    """What the growth's sentences say: the lengths, what the call added, its memory, the steps, the exponent."""
+    return {"name": name, "sizes": ", ".join(f"{n:,}" for n in g.sizes), "memory": ", ".join(mib(m) for m in g.memory),
+            "added": ", ".join(mib(max(a, 0)) for a in g.added),
+            "steps": say.GROWTH_THEN.join(f"{x:.1f}x" for x in g.per_doubling()), "exponent": g.exponent(),
+            "noise": mib(NOISE_BYTES)}
+
+
 def describe(g: Growth, name: str = "T") -> str:
     """The measured memories and the growth, in the student's words."""
-    sizes = ", ".join(f"{n:,}" for n in g.sizes)
-    mem = ", ".join(mib(m) for m in g.memory)
-    added = ", ".join(mib(max(a, 0)) for a in g.added)
-    steps = say.GROWTH_THEN.join(f"{x:.1f}x" for x in g.per_doubling())
-    return say.GROWTH_DESCRIBED.format(name=name, sizes=sizes, added=added, memory=mem, steps=steps,
-                                       exponent=g.exponent(), noise=mib(NOISE_BYTES))
+    return say.GROWTH_DESCRIBED.format(**_figures(g, name))
 
 
 def verdict(g: Growth, name: str = "T") -> str | None:
@@ -128,8 +131,7 @@ def verdict(g: Growth, name: str = "T") -> str | None:
     else:
         why = say.GROWTH_FELL.format(before=mib(g.memory[i]), name=name, a=g.sizes[i], after=mib(g.memory[i + 1]),
                                      b=g.sizes[i + 1], article=_a(name))
-    return say.GROWTH_VERDICT.format(why=why, added=", ".join(mib(max(x, 0)) for x in g.added),
-                                     described=describe(g, name))
+    return say.GROWTH_VERDICT.format(why=why, **_figures(g, name))
 
 
 def _loads(api, reads: tuple) -> tuple:

@@ -417,8 +417,8 @@ def grew(what: str, lengths, extra, floor: float, shown) -> tuple[float | None, 
         return None, f"{what} was {shown(at[0][1])} at {at[0][0]} cached positions ({NOT_REACHED})"
     growth = per_doubling([L for L, _ in at], [e for _, e in at], floor)
     unreached = f"; {LONGEST_NOT_REACHED}" if len(at) < len(extra) else ""
-    return growth, (f"{what} grew {growth:.1f}x each time the cache doubled "
-                    f"({', '.join(f'{shown(e)} at {L}' for L, e in at)} cached positions{unreached})")
+    return growth, (f"{what} grew {growth:.1f}x per doubling of the cache, fitted over "
+                    f"{', '.join(f'{shown(e)} at {L}' for L, e in at)} cached positions{unreached}")
 
 
 @dataclass(frozen=True)
