@@ -152,3 +152,27 @@ def test_a_batch_left_out_of_the_cache_size_is_not_called_a_missing_factor_2(tmp
     res = grade(sub, stages=["costs"])
     assert res.stages["costs"].status == "failed"
     assert "costs-kv-missing-factor-2" not in res.next_step + " ".join(res.stages["costs"].diagnoses), res.next_step
+
+
+def test_a_hand_made_fused_attention_points_at_its_scores_line(tmp_path):
+    """Found by a stranger student: the T x T scores built by hand (fused-not-fused) pointed at fused_attention's def
+    line; it points at the line that makes them, wherever it is written."""
+    body = ("    d = q.shape[-1]\n"
+            "    T_q, T_k = q.shape[-2], k.shape[-2]\n"
+            "    keep = torch.ones(T_q, T_k, dtype=torch.bool).tril(T_k - T_q) if causal else None\n"
+            "    att = torch.matmul(q, k.transpose(-2, -1)) / d ** 0.5  # [B, H, T_q, T_k]\n"
+            "    if keep is not None:\n"
+            "        att = att.masked_fill(~keep, float('-inf'))\n"
+            "    return torch.softmax(att, dim=-1) @ v\n")
+    source = (SOLUTIONS / "fused.py").read_text()
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fused_attention")
+    lines = source.splitlines(keepends=True)
+    doc_end = fn.body[0].end_lineno if isinstance(fn.body[0], ast.Expr) else fn.lineno
+    sub = variant(tmp_path, {})
+    (sub / "fused.py").write_text("".join(lines[:doc_end]) + body + "".join(lines[fn.end_lineno:]))
+    res = grade(sub, stages=["fused"])
+    step = res.next_step
+    assert "fused-not-fused" in step, step
+    line = int(re.search(r"fused\.py:(\d+)", step).group(1))
+    assert "torch.matmul(q, k.transpose" in (sub / "fused.py").read_text().splitlines()[line - 1], step

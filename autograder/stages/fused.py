@@ -81,6 +81,7 @@ STAGE = Stage(
                 reread="Article B, 'Code that matches the hand numbers'",
                 question=ASK,
                 evidence='check:no_quadratic_memory',
+                line=r"@|\bmatmul\(|\beinsum\(|\bbmm\(",  # where the T x T scores are made by hand, not the def line
                 mutant=(
                     Edit('fused.py',
                          '    T_q, T_k = q.shape[-2], k.shape[-2]\n',
