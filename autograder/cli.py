@@ -61,7 +61,8 @@ def _grade(args) -> int:
     wanted = [(r, getattr(args, r.name)) for r in RENDERERS if getattr(args, r.name)]
     try:
         res = grade(sub, stages, seed=args.seed, timeout=args.timeout, workers=workers, budget=args.budget,
-                    pictures=any(r.pictures for r, _ in wanted), keep=True, fresh=args.fresh)
+                    pictures=any(r.pictures for r, _ in wanted), fresh=args.fresh,
+                    keep=not args.classroom)  # a Classroom run's points are always measured
     finally:
         close_launchers(workers)
     for note in found.notes:

@@ -1,6 +1,9 @@
-"""A measured check's pass kept between grades of the very same files (grade/kept.py): taken back instead of measuring
-again, said in the report, measured again after any edit, never kept when it fails, and only where no child can write
-the cache. The softmax stage's measured check (one numpy child) stands for all of them."""
+"""A measured check's pass kept between grades of the same files (grade/kept.py): taken back instead of measuring
+again once measured twice in a row, for a bounded number of grades and time, said in the report, measured again after
+an edit of a file it loads, dropped when a measurement fails, and only where no child can write the cache. The softmax
+stage's measured check (one numpy child) stands for all of them."""
+import dataclasses
+import json
 import subprocess
 import sys
 
@@ -8,10 +11,14 @@ import pytest
 from conftest import ROOT, grade, variant
 
 from autograder.grade import kept
+from autograder.outcomes import GraderBug
 from autograder.report.terminal import terminal
+from autograder.sandbox.safe_files import take
 from autograder.stages import BY_NAME
 
 MEASURED = "softmax/no_library_softmax"
+BALLAST = {"softmax.py": [("    scores = np.asarray(scores)\n",
+                           "    scores = np.asarray(scores)\n    np.ones(12_000_000).sum()\n")]}  # 96 MiB per call
 
 
 @pytest.fixture()
@@ -24,6 +31,10 @@ def _measured(res):
     return next(r for r in res.stages["softmax"].checks if r.check.id == MEASURED)
 
 
+def _softmax(sub, **kw):
+    return _measured(grade(sub, ["softmax"], **kw))
+
+
 def _spy_measurements(monkeypatch) -> list:
     """The stages whose measuring children the grade starts."""
     import autograder.grade as g
@@ -34,6 +45,11 @@ def _spy_measurements(monkeypatch) -> list:
     return started
 
 
+def _kept_file(cache):
+    (only,) = cache.glob("pass-*")
+    return only
+
+
 def test_every_cost_rule_is_a_measured_check():
     """The checks that take the stages' measurements are the ones declared measured (what kept.py may keep)."""
     measured = sorted(c.id for s in BY_NAME.values() for c in s.checks if c.measured)
@@ -41,37 +57,45 @@ def test_every_cost_rule_is_a_measured_check():
                         MEASURED, "tiled/tiled_memory_linear"]
 
 
-def test_a_pass_is_kept_and_taken_back_without_measuring(tmp_path, cache, monkeypatch):
+def test_two_passes_in_a_row_are_taken_back_without_measuring(tmp_path, cache, monkeypatch):
     sub = variant(tmp_path, {})
     first = grade(sub, ["softmax"], keep=True)
     assert _measured(first).passed and not _measured(first).kept_at
-    assert len(list(cache.glob("pass-*"))) == 1
     started = _spy_measurements(monkeypatch)
+    assert not _softmax(sub, keep=True).kept_at and started == ["softmax"]  # one pass is not enough: measured again
     again = grade(sub, ["softmax"], keep=True)
     assert _measured(again).passed and _measured(again).kept_at
-    assert started == []  # no measuring child: the kept pass stands for it
+    assert started == ["softmax"]  # no measuring child: the kept pass stands for it
     assert again.stages["softmax"].score == first.stages["softmax"].score
     assert "were not measured again" in terminal(again) and "FRESH=1" in terminal(again)
     assert "not measured again" not in terminal(first)
     assert _measured(again).as_json()["kept_at"] == _measured(again).kept_at
 
 
+def test_a_kept_pass_is_measured_again_after_so_many_grades_or_so_long(tmp_path, cache, monkeypatch):
+    """Code whose cost changes with the clock (a stranger's) stays stale for a bounded while only."""
+    sub = variant(tmp_path, {})
+    monkeypatch.setattr(kept, "REUSES", 2)
+    assert [bool(_softmax(sub, keep=True).kept_at) for _ in range(6)] == [False, False, True, True, False, True]
+    monkeypatch.setattr(kept, "MAX_AGE_S", 0.0)
+    assert not _softmax(sub, keep=True).kept_at
+
+
 def test_an_edit_of_a_file_it_loads_measures_again_and_only_that(tmp_path, cache, monkeypatch):
     sub = variant(tmp_path, {})
-    grade(sub, ["softmax"], keep=True)
+    for _ in range(2):
+        grade(sub, ["softmax"], keep=True)
     started = _spy_measurements(monkeypatch)
     (sub / "masking.py").write_text((sub / "masking.py").read_text() + "\n# softmax.py does not load masking.py\n")
-    assert _measured(grade(sub, ["softmax"], keep=True)).kept_at and started == []
+    assert _softmax(sub, keep=True).kept_at and started == []
     (sub / "softmax.py").write_text((sub / "softmax.py").read_text() + "\n# an edit, however small\n")
-    res = grade(sub, ["softmax"], keep=True)
-    assert started == ["softmax"] and not _measured(res).kept_at and _measured(res).passed
+    r = _softmax(sub, keep=True)
+    assert started == ["softmax"] and not r.kept_at and r.passed
 
 
 def test_the_files_a_measured_check_loads_follow_the_imports(tmp_path):
     """kv_cache's decode runs module.py, which imports fused.py and kv_cache.py; a file that can load another without
     an import statement makes every file count."""
-    from autograder.sandbox.safe_files import take
-
     sub = variant(tmp_path, {})
     assert kept.read_by("kv_cache", take(sub)) == ["fused.py", "kv_cache.py", "module.py"]
     assert kept.read_by("tiled", take(sub)) == ["tiled.py"]
@@ -82,20 +106,61 @@ def test_the_files_a_measured_check_loads_follow_the_imports(tmp_path):
 
 def test_another_seed_or_grader_measures_again(tmp_path, cache, monkeypatch):
     sub = variant(tmp_path, {})
-    grade(sub, ["softmax"], keep=True)
-    assert not _measured(grade(sub, ["softmax"], seed=3, keep=True)).kept_at
+    for _ in range(2):
+        grade(sub, ["softmax"], keep=True)
+    assert not _softmax(sub, seed=3, keep=True).kept_at
     monkeypatch.setattr(kept, "grader_digest", lambda: "another grader")
-    assert not _measured(grade(sub, ["softmax"], keep=True)).kept_at
+    assert not _softmax(sub, keep=True).kept_at
 
 
 def test_a_failure_is_never_kept(tmp_path, cache):
     """A softmax that makes 96 MiB when called fails the memory check in every grade, none of them kept."""
-    sub = variant(tmp_path, {"softmax.py": [("    scores = np.asarray(scores)\n",
-                                             "    scores = np.asarray(scores)\n    np.ones(12_000_000).sum()\n")]})
-    for _ in range(2):
-        r = _measured(grade(sub, ["softmax"], keep=True))
+    sub = variant(tmp_path, BALLAST)
+    for _ in range(3):
+        r = _softmax(sub, keep=True)
         assert not r.passed and not r.kept_at, r.message
     assert list(cache.glob("pass-*")) == []
+
+
+def test_a_measurement_that_fails_drops_what_was_kept(tmp_path, cache):
+    """Found by a stranger: FRESH=1 failed, and the next grade took the older pass back. Here the pass is what two
+    earlier grades would have kept of these files (code that changed with the clock); FRESH=1 fails and drops it."""
+    sub = variant(tmp_path, BALLAST)
+    keeper = kept.Keeper(take(sub), False, 10.0)
+    check = next(c for c in BY_NAME["softmax"].checks if c.id == MEASURED)
+    for _ in range(2):
+        keeper.keep(check, 0, "", (MEASURED,))
+    assert _softmax(sub, keep=True).kept_at  # taken back (what the clock's code would have shown)
+    r = _softmax(sub, keep=True, fresh=True)
+    assert not r.passed and list(cache.glob("pass-*")) == []
+    assert not _softmax(sub, keep=True).passed
+
+
+def test_fresh_measures_again_and_keeps_what_it_measured(tmp_path, cache, monkeypatch):
+    """Found by a stranger student: after FRESH=1 the next grade took back the older pass, its older figures."""
+    sub = variant(tmp_path, {})
+    grade(sub, ["tiled"], keep=True)
+    first = _kept_file(cache).stat().st_mtime_ns
+    started = _spy_measurements(monkeypatch)
+    fresh = next(r for r in grade(sub, ["tiled"], keep=True, fresh=True).stages["tiled"].checks if r.check.measured)
+    assert started == ["tiled"] and fresh.passed and not fresh.kept_at
+    assert _kept_file(cache).stat().st_mtime_ns > first  # what FRESH=1 measured replaced it, a second pass in a row
+    again = next(r for r in grade(sub, ["tiled"], keep=True).stages["tiled"].checks if r.check.measured)
+    assert again.kept_at and again.note == fresh.note and started == ["tiled"]
+
+
+@pytest.mark.parametrize("written", ['{"note": "", "called": null, "at": "x", "t": 0, "passes": 9, "uses": 0}',
+                                     '{"note": "", "called": 5, "at": "x"}', "[1]", "not json", ""])
+def test_a_kept_file_not_written_by_the_grader_costs_nothing(tmp_path, cache, written):
+    """Found by a stranger: a kept file whose `called` was null broke every numpy stage ("the grading run broke")."""
+    sub = variant(tmp_path, {})
+    for _ in range(2):
+        grade(sub, ["softmax"], keep=True)
+    _kept_file(cache).write_text(written)
+    res = grade(sub, ["softmax", "masking"], keep=True)
+    assert res.stages["softmax"].score == res.stages["softmax"].max_score and not _measured(res).kept_at
+    assert res.stages["masking"].score == res.stages["masking"].max_score
+    assert json.loads(_kept_file(cache).read_text())["passes"] == 1  # measured, and kept afresh
 
 
 def test_nothing_kept_unless_asked_or_where_a_child_could_write_it(tmp_path, cache, monkeypatch):
@@ -109,15 +174,18 @@ def test_nothing_kept_unless_asked_or_where_a_child_could_write_it(tmp_path, cac
     assert list(cache.glob("pass-*")) == []
 
 
-def test_make_grade_keeps_and_fresh_measures_again(tmp_path, cache):
-    """The student's command: the second grade of unchanged files says its cost check was kept, FRESH=1's does not."""
+def test_make_grade_keeps_fresh_measures_and_classroom_never_keeps(tmp_path, cache):
+    """The student's command: the third grade of unchanged files says its cost check was kept, FRESH=1's does not; a
+    Classroom run (its points) is always measured and keeps nothing."""
     sub = variant(tmp_path, {})
 
     def run(*extra):
         return subprocess.run([sys.executable, "-m", "autograder", "grade", "--submission", str(sub), "--stage",
                                "softmax", *extra], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
 
-    assert "not measured again" not in run()
+    run("--classroom", str(tmp_path / "classroom.txt"))
+    assert list(cache.glob("pass-*")) == []
+    assert "not measured again" not in run() + run()
     assert "measured checks of softmax (memory or CPU time, read from outside your code) passed" in run()
     assert "not measured again" not in run("--fresh")
     assert "$(if $(FRESH),--fresh)" in (ROOT / "student.mk").read_text()  # make grade FRESH=1 passes it
@@ -126,10 +194,6 @@ def test_make_grade_keeps_and_fresh_measures_again(tmp_path, cache):
 def test_a_check_that_measures_undeclared_is_the_grader_s_bug(tmp_path):
     """Only a check declared measured may be kept; one that takes a measurement without the declaration fails the
     tests' strict mode, naming it (so a new cost rule cannot be left measured in every grade by mistake)."""
-    import dataclasses
-
-    from autograder.outcomes import GraderBug
-
     stage = BY_NAME["softmax"]
     i = next(i for i, c in enumerate(stage.checks) if c.id == MEASURED)
     declared = stage.checks[i]
@@ -139,21 +203,3 @@ def test_a_check_that_measures_undeclared_is_the_grader_s_bug(tmp_path):
             grade(variant(tmp_path, {}), ["softmax"])
     finally:
         stage.checks[i] = declared
-
-
-def test_fresh_measures_again_and_keeps_what_it_measured(tmp_path, cache, monkeypatch):
-    """Found by a stranger student: after FRESH=1 the next grade took back the older pass, its older figures."""
-    sub = variant(tmp_path, {})
-    grade(sub, ["tiled"], keep=True)
-    first = kept_file(cache).stat().st_mtime_ns
-    started = _spy_measurements(monkeypatch)
-    fresh = next(r for r in grade(sub, ["tiled"], keep=True, fresh=True).stages["tiled"].checks if r.check.measured)
-    assert started == ["tiled"] and fresh.passed and not fresh.kept_at
-    assert kept_file(cache).stat().st_mtime_ns > first  # what FRESH=1 measured replaced it
-    again = next(r for r in grade(sub, ["tiled"], keep=True).stages["tiled"].checks if r.check.measured)
-    assert again.kept_at and again.note == fresh.note and started == ["tiled"]
-
-
-def kept_file(cache):
-    (only,) = cache.glob("pass-*")
-    return only

@@ -119,10 +119,11 @@ def refused_why(snap: Snapshot, file: str) -> str | None:
 
 
 def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = False, held: dict | None = None,
-              keep: bool = False) -> list[CheckResult]:
+              keeper: "kept.Keeper | None" = None) -> list[CheckResult]:
     """The stage's checks, run on the grade's snapshot (`ctx.snapshot`): its files as the grade took them. `held`:
-    passes of its measured checks kept from an earlier grade of the same files ({check id: kept.taken's}), taken
-    instead of running them; with `keep`, a measured check's pass is kept for the next grade (grade/kept.py)."""
+    passes of its measured checks kept from an earlier grade of the same files ({check id: Keeper.taken's}), taken
+    instead of running them; with a `keeper`, a measured check's pass is kept for the next grade, and what it kept
+    of one that ran and did not pass is dropped (grade/kept.py)."""
     results: list[CheckResult] = []
     snap = ctx.snapshot
     problems = {f: snap.problem(f) for f in BY_NAME[stage].files}
@@ -173,8 +174,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
                                 "a stage's points are earned by its own files (stages.common: compute through them)")
             results.append(CheckResult(c, CheckStatus.PASSED, note=note if isinstance(note, str) else "",
                                        called=tuple(api.called)))
-            if keep and c.measured:
-                kept.keep(c, ctx.for_check(c.visibility).seed, public_only, snap, results[-1].note, results[-1].called)
+            if keeper and c.measured:
+                keeper.keep(c, ctx.for_check(c.visibility).seed, results[-1].note, results[-1].called)
         except Fail as f:
             results.append(failed(c, str(f), Failure.WRONG, diagnosis=f.diagnosis, arrays=f.arrays,
                                   where=Where(*f.place) if f.place else mistake_where(f.diagnosis, snap),
@@ -223,6 +224,8 @@ def run_stage(api: StudentAPI, ctx: Context, stage: str, public_only: bool = Fal
             else:
                 results.append(CheckResult(c, CheckStatus.NOT_RUN, grader_fault(c, e), Failure.GRADER))
         results[-1].output = capped(api.printed)
+        if keeper and c.measured and results[-1].status == CheckStatus.FAILED:
+            keeper.drop(c, ctx.for_check(c.visibility).seed)
     return results
 
 
@@ -272,9 +275,10 @@ def grade(submission: Path, stages: list[str] | None = None, seed: int = 0, time
     `budget` is the whole grade's time in seconds (grade_budget): past it, the checks left are not run;
     `confirm`: try the named change at the first failing stage's parting line as an edit (feedback/repair.py);
     `make watch` turns it off, its answer to a save must stay fast;
-    `keep`: take back the passes of measured checks kept from an earlier grade of the very same files instead of
-    measuring again, and keep this grade's (grade/kept.py: `make grade` and `make watch`; never Gradescope's); with
-    `fresh` too, measure every one again, and keep what this grade measured (`make grade FRESH=1`)."""
+    `keep`: take back the passes of measured checks kept from earlier grades of the same files instead of
+    measuring again, and keep this grade's (grade/kept.py: `make grade` and `make watch`; never Gradescope's,
+    Classroom's or regrade's); with `fresh` too, measure every one again, and keep what this grade measured
+    (`make grade FRESH=1`)."""
     t0 = time.monotonic()
     budget_s = grade_budget(budget)
     submission = Path(submission).resolve()
@@ -307,6 +311,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
     bugs: list[GraderBug] = []
     hung: dict[str, int] = {}  # the submission's files whose body never finished loading (runner.Worker.hung)
     held: dict[str, dict] = {}  # stage -> its measured checks' passes kept from an earlier grade (grade/kept.py)
+    keeper = kept.Keeper(snap, public_only, timeout, fresh) if keep else None
 
     def none_run(name: str, why: str, failure: Failure) -> list[CheckResult]:
         return [not_run(c, why, failure) for c in checks_to_run(name, public_only)]
@@ -328,8 +333,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
             # the moment it is ready, as the grading child is)
             for name in names:
                 measured = [c for c in checks_to_run(name, public_only) if c.measured]
-                held[name] = {c.id: k for c in measured if keep and not fresh and
-                              (k := kept.taken(c, ctx.for_check(c.visibility).seed, public_only, snap))}
+                held[name] = {c.id: k for c in measured if keeper and (k := keeper.taken(c, ctx.for_check(c.visibility).seed))}
                 if not any(snap.problem(f) for f in BY_NAME[name].files) and len(held[name]) < len(measured):
                     start_measurements(api, BY_NAME[name], ctx.seed)
             if torch:
@@ -350,7 +354,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
                 if environment:  # the child cannot start: the stages after it are not run either
                     found[name] = none_run(name, environment, Failure.ENVIRONMENT)
                     continue
-                found[name] = run_stage(api, ctx, name, public_only, held.get(name), keep)
+                found[name] = run_stage(api, ctx, name, public_only, held.get(name), keeper)
                 environment = next((r.message for r in found[name] if r.failure == Failure.ENVIRONMENT), None)
                 if not environment and any(not r.passed for r in found[name]) and not loading_hung(found[name]):
                     # which function is wrong on its own (not asked where a module's body never finished loading)
