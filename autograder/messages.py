@@ -430,8 +430,8 @@ CLI_NOTE = "note: {note}"
 CLI_WROTE = "wrote {path}"
 CLI_REQUIRED_FAILING = "required to pass, and not passing: {stages}"
 KEPT_PASSES = ("The measured checks of {stages} (memory or CPU time, read from outside your code) passed in the "
-               "grade of {at}, and not one of the files they load has changed since, so they were not measured "
-               "again; any edit of those files measures them again. `make grade FRESH=1` measures them now.")
+               "grade of {at}, and not one of your files has changed since, so they were not measured again; "
+               "any edit measures them again. `make grade FRESH=1` measures them now.")
 # (passes of measured checks, kept: grade/kept.py)
 CLI_WORKED = "{id:<28} {stage:<13} Article {article}, {section}: {quantity} = {expected}"
 CLI_SUBMIT_WROTE = "wrote {output} from {source}/"

@@ -182,11 +182,11 @@ def decode_cost_start(batch, n_heads, d_head, baseline=False, *, seed=0, pkg):
 def decode_cost_fill(length, steps, new_module=False, warm=0, spare=0, *, seed=0, pkg):
     """A new cache of max_len length + steps + spare (seeded.spare_slots), holding the keys and values of `length`
     seeded prefix tokens, put in the way any decode puts them: one forward of the whole prefix through the module with
-    that cache (for the baseline, its keys and values projected into the grader's own cache: the steps read nothing
-    else). Filled by an `append` from the grader, the cache was one no checked call makes, and a module that kept count
-    of what it had fed could tell the measured steps apart (a stranger's attack): the prefix's first length - warm
-    tokens in forwards of PREFILL_CHUNK, then its last `warm` one token at a time (seeded.warm_steps). With `new_module`, a
-    new module too (the same weights): its first call is this prefill. Not measured: the next call, the steps, is."""
+    that cache (for the baseline, the grader's own cached forward). Filled by an `append` from the grader, the cache was
+    one no checked call makes, and a module that kept count of what it had fed could tell the measured steps apart (a
+    stranger's attack): the prefix's first length - warm tokens in forwards of PREFILL_CHUNK, then its last `warm` one
+    token at a time (seeded.warm_steps). With `new_module`, a new module too (the same weights): its first call is this
+    prefill. Not measured: the next call, the steps, is."""
     d = _DECODE
     if new_module and not d["baseline"]:
         d["module"] = _build(pkg, d["n_heads"] * d["d_head"], d["n_heads"], False, d["qkv_w"], d["out_w"])
@@ -194,14 +194,13 @@ def decode_cost_fill(length, steps, new_module=False, warm=0, spare=0, *, seed=0
     prefix = torch.as_tensor(seeded.decode_prefix(B, H, D, length, seed))  # [B, L, C]
     d.pop("cache", None)
     with torch.no_grad():
-        if d["baseline"]:  # only the keys and values the steps read: the prefix's outputs are nobody's (its
-            # attention was 0.28 CPU-s of a grade at 710 positions, B * H = 48, for nothing the steps use)
+        if d["baseline"]:  # its prefix through the grader's own attention, as the student's goes through theirs: where
+            # a call cannot be counted alone, the children's whole lives are compared (a projection alone read the
+            # student's prefill as 0.3 CPU-s the steps added, without /proc)
             k_all = torch.zeros(B, H, length + steps + spare, D)  # [B, H, max_len, D], allocated once
             v_all = torch.zeros_like(k_all)
-            for start in range(0, length, PREFILL_CHUNK):
-                x = prefix[:, start : start + PREFILL_CHUNK]  # [B, t, C]
-                k, v = (t.view(B, -1, H, D).transpose(1, 2) for t in F.linear(x, d["qkv_w"]).split(H * D, dim=-1)[1:])
-                k_all[:, :, start : start + x.shape[1]], v_all[:, :, start : start + x.shape[1]] = k, v  # [B, H, t, D]
+            for start, end in _fill_pieces(length, warm):
+                _baseline_forward(prefix[:, start:end], d["qkv_w"], d["out_w"], k_all, v_all, start, H)
             d["cache"] = (k_all, v_all, length)
             return None
         cache = d["cache"] = _mod(pkg, "kv_cache").KVCache(B, H, length + steps + spare, D)

@@ -311,7 +311,7 @@ def _grade(snap: Snapshot, t0: float, budget_s: float, stages, seed, timeout, re
     bugs: list[GraderBug] = []
     hung: dict[str, int] = {}  # the submission's files whose body never finished loading (runner.Worker.hung)
     held: dict[str, dict] = {}  # stage -> its measured checks' passes kept from an earlier grade (grade/kept.py)
-    keeper = kept.Keeper(snap, public_only, timeout, fresh) if keep else None
+    keeper = kept.Keeper(snap, public_only, timeout, fresh, kept.sides(workers, zygote)) if keep else None
 
     def none_run(name: str, why: str, failure: Failure) -> list[CheckResult]:
         return [not_run(c, why, failure) for c in checks_to_run(name, public_only)]

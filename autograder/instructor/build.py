@@ -122,10 +122,9 @@ your cache.
   {TILED_RANGE[1]:,}, each drawn from the grade's seed (the autograder's is secret). Linear code grows about
   2x each time the length doubles, a T x T matrix 4x; the stubs' docstrings state each rule. The
   grader reads each call's cost from outside the process running your code, after a few ordinary
-  calls of it. A cost check that passed twice in a row is not measured again, for a few grades, while
-  none of the files it loads changes (its stage's files and the stage files they import; `make grade`
-  says so under its table, and `make grade FRESH=1` measures it now); one that fails is measured in
-  every grade, and the autograder always measures.
+  calls of it. A cost check that passed twice in a row is not measured again for a few grades while
+  none of your files changes (`make grade` says so under its table, and `make grade FRESH=1`
+  measures it now); one that fails is measured in every grade, and the autograder always measures.
 - {DEFAULTS_RULE}: a caller that leaves an argument out gets what the stub promises. They are read
   from your file, not from the running function: from the top-level `def` or `class` of that name
   (a class's `__init__`, or one it inherits from a class in the same file), written as a value
