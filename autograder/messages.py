@@ -429,9 +429,10 @@ CLI_UNKNOWN_STAGE = "error: unknown stage {stages}; stages: {known}"
 CLI_NOTE = "note: {note}"
 CLI_WROTE = "wrote {path}"
 CLI_REQUIRED_FAILING = "required to pass, and not passing: {stages}"
-KEPT_PASSES = ("The measured checks of {stages} (memory or CPU time, read from outside your code) passed in the "
-               "grade of {at}, and not one of your files has changed since, so they were not measured again; "
-               "any edit measures them again. `make grade FRESH=1` measures them now.")
+KEPT_PASSES = ("Not measured again: {checks}. These checks of memory or CPU time, read from outside your code, "
+               "passed in earlier grades of files with the very same contents (last measured {at}), so they are "
+               "taken back for a few grades (8 at most, or an hour); any edit measures them again, and "
+               "`make grade FRESH=1` measures them now.")
 # (passes of measured checks, kept: grade/kept.py)
 CLI_WORKED = "{id:<28} {stage:<13} Article {article}, {section}: {quantity} = {expected}"
 CLI_SUBMIT_WROTE = "wrote {output} from {source}/"

@@ -179,8 +179,8 @@ class Results:
         kept = [r for sr in self.stages.values() for r in sr.checks if r.kept_at]
         if not kept:
             return ""
-        stages = list(dict.fromkeys(r.check.stage for r in kept))
-        return say.KEPT_PASSES.format(stages=", ".join(stages), at=min(r.kept_at for r in kept))
+        checks = ", ".join(f"{r.check.stage} ({r.check.name})" for r in kept)
+        return say.KEPT_PASSES.format(checks=checks, at=min(r.kept_at for r in kept))
 
     @property
     def ignored_note(self) -> str:

@@ -7,11 +7,13 @@ of every submission file, the check, its seed, the grader's own code, Python, nu
 the children's switches and how they start. Once measured passing twice in a row (CONFIRMED), a pass is taken back
 instead of measuring again, for at most REUSES grades and MAX_AGE_S seconds; then two more measured passes are needed.
 The report says so, and `make grade FRESH=1` measures every one again (keeping what it measured). A measured failure
-is never kept and drops what was. Gradescope, Classroom, regrade and the notebooks always measure. Kept only where
-no child can write the user's cache (common._baseline_file, growth.kept_here), beside the grader's kept baselines.
-What a stranger showed stays bounded, not closed: code whose cost follows the clock or a coin can show a kept pass
-locally for up to REUSES grades or MAX_AGE_S (the autograder always measures), and two grades of the same files at
-once may each take a pass back, or one's failure be written over by the other's pass.
+is never kept, drops what was, and is counted: each asks CONFIRMED more passes in a row of those files. Gradescope,
+Classroom, regrade and the notebooks always measure. Kept only where no child can write the user's cache
+(common._baseline_file, growth.kept_here), beside the grader's kept baselines.
+What strangers showed stays bounded, not closed: code whose cost follows the clock or a coin, or whose measured
+output is wrong at a few rows, can show a kept pass locally for up to REUSES grades or MAX_AGE_S (the autograder
+always measures), and two grades of the same files at once may each take a pass back, or one's failure be written
+over by the other's pass.
 """
 import hashlib
 import json
@@ -45,9 +47,10 @@ def grader_digest() -> str:
     return h.hexdigest()[:16]
 
 
-CONFIRMED = 2  # passes measured in a row before one is taken back, again after each REUSES: a lucky pass (code right
-# only at some draws of the grader's rows, or on a coin flip) must be lucky twice (a stranger's coin-flip softmax stuck
-# at 12/12 after one)
+CONFIRMED = 2  # passes measured in a row before one is taken back, again after each REUSES, and CONFIRMED more for
+# each failure these files' check has had: a lucky pass (code right only at some of the rows the grader draws, or on
+# a coin flip) must be lucky again and again (a stranger's chunked fused call, one row in 512 wrong, passed 8 of 30
+# fresh grades and showed a pass in 23 of 30 with two passes enough)
 REUSES = 8  # grades that take a kept pass back before it is measured again, and ...
 MAX_AGE_S = 3600.0  # ... seconds: code whose cost depends on the clock (a stranger's) is stale for a bounded while
 AT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # what keep() writes as `at`, the report shows
@@ -111,10 +114,11 @@ class Keeper:
                     kept = json.loads(f.read(MOST_BYTES))
                 except ValueError:
                     kept = None
-        fields = {"note": str, "called": list, "at": str, "t": (int, float), "passes": int, "uses": int}
+        fields = {"note": str, "called": list, "at": str, "t": (int, float), "passes": int, "uses": int, "fails": int}
         if not isinstance(kept, dict) or any(not isinstance(kept.get(k), t) for k, t in fields.items()) or \
                 not all(isinstance(c, str) for c in kept["called"]) or not AT.fullmatch(kept["at"]) or \
-                not (1 <= kept["passes"] and 0 <= kept["uses"] <= REUSES and kept["t"] <= time.time() + 60):
+                not (0 <= kept["passes"] and 0 <= kept["uses"] <= REUSES and 0 <= kept["fails"] and
+                     kept["t"] <= time.time() + 60):
             if stat.S_ISDIR(info.st_mode):
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -129,14 +133,14 @@ class Keeper:
 
     def taken(self, check: Check, seed: int) -> dict | None:
         """The kept pass of `check` on these files at `seed` ({"note", "called", "at"}) where it was measured
-        passing CONFIRMED times in a row, less than MAX_AGE_S ago, and taken back fewer than REUSES times since;
-        else None."""
+        passing CONFIRMED times in a row (and CONFIRMED more for each failure it had), less than MAX_AGE_S ago, and
+        taken back fewer than REUSES times since; else None."""
         if self.fresh:
             return None
         try:
             path = self._path(check, seed)
             kept = self._read(path) if path else None
-            if not self._current(kept) or kept["passes"] < CONFIRMED:
+            if not self._current(kept) or kept["passes"] < CONFIRMED * (1 + kept["fails"]):
                 return None
             self._write(path, {**kept, "uses": kept["uses"] + 1})  # and the oldest-used go first (_write)
             return {"note": plain(kept["note"]), "called": tuple(kept["called"]), "at": kept["at"]}
@@ -153,16 +157,20 @@ class Keeper:
             before = self._read(path)
             passes = before["passes"] + 1 if self._current(before) else 1
             self._write(path, {"note": note, "called": list(called), "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-                               "t": time.time(), "passes": passes, "uses": 0})
+                               "t": time.time(), "passes": passes, "uses": 0, "fails": before["fails"] if before else 0})
         except Exception:  # noqa: BLE001 - a cache this grade cannot write: nothing kept
             pass
 
     def drop(self, check: Check, seed: int) -> None:
-        """`check` was measured and did not pass: whatever was kept of it goes (FRESH=1's failure too)."""
+        """`check` was measured and did not pass: whatever pass was kept of it goes (FRESH=1's failure too), and
+        the failure is counted: these files need CONFIRMED more passes in a row before one is taken back."""
         try:
             path = self._path(check, seed)
-            if path is not None:
-                path.unlink(missing_ok=True)
+            if path is None:
+                return
+            before = self._read(path)
+            self._write(path, {"note": "", "called": [], "at": time.strftime("%Y-%m-%d %H:%M:%S"), "t": time.time(),
+                               "passes": 0, "uses": 0, "fails": (before["fails"] if before else 0) + 1})
         except Exception:  # noqa: BLE001
             pass
 

@@ -77,7 +77,7 @@ def summary(res: Results, notes: list[str] = (), bonus_policy: str = DEFAULT_BON
             if res.bonus_max_score else "")
     head = " | ".join(("#", *say.REPORT_COLUMNS))
     parts = [total, f"| {head} |\n|---|---|---|---|\n" + "\n".join(rows)]
-    notes = [*notes, *([res.ignored_note] if res.ignored_note else [])]
+    notes = [*notes, *([res.ignored_note] if res.ignored_note else []), *([res.kept_note] if res.kept_note else [])]
     if notes:
         parts.append("\n".join(f"- {md_text(n)}" for n in notes))
     parts.append(say.GRADESCOPE_NEXT_STEP + md_text(res.next_step))

@@ -168,6 +168,8 @@ def render(res: Results) -> str:
         out.append(f"<tr class='{sr.status}'><td>{s.number}</td><td class='name'>{s.name}{say.BONUS_MARK if s.bonus else ''}"
                    f"</td><td>{sr.score:g}/{sr.max_score:g}</td><td class='name'>{e(status)}</td></tr>")
     out.append(f"<tr><th></th><th>{e(say.REPORT_TOTAL)}</th><th>{res.score:g}/{res.max_score:g}</th><th></th></tr></table>")
+    if res.kept_note:
+        out.append(f"<p class='kept'>{e(res.kept_note)}</p>")
     out.append(f"<p class='next'><b>{e(say.REPORT_NEXT_STEP.strip())}</b> {e(res.next_step)}</p>")
 
     failing = [(sr, r) for sr in res.stages.values() for r in sr.checks if not r.passed and not r.not_run]
