@@ -60,7 +60,6 @@ MOST_BYTES = 1 << 16  # a kept file is a few hundred bytes: a larger one is not 
 def settings(timeout: float) -> tuple:
     """What else decides a measured check's verdict: a call's time limit, Python's and numpy's versions (torch's is
     in common._baseline_file), and the switches and thread counts the children read."""
-    import os
     import platform
 
     import numpy
@@ -92,11 +91,15 @@ class Keeper:
         files = tuple(sorted((n, h) for n, h in snap.sha256.items() if n in SUBMISSION_FILES))
         self.base = (public_only, files, grader_digest(), container_memory(), settings(timeout), started) \
             if self.where else None
+        self._paths: dict = {}  # (check id, seed) -> its file: taken, then keep or drop, ask for it once
 
     def _path(self, check: Check, seed: int) -> Path | None:
         if not self.where:
             return None
-        return _baseline_file(("pass", check.id, check.twin, check.visibility, seed, *self.base))
+        key = (check.id, check.twin, check.visibility, seed)
+        if key not in self._paths:
+            self._paths[key] = _baseline_file(("pass", *key, *self.base))
+        return self._paths[key]
 
     @staticmethod
     def _read(path: Path) -> dict | None:
